@@ -1,0 +1,53 @@
+"""Helpers shared by the command modules: params, pools, task sources, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from e3orch.config import Params, load_params
+from e3orch.data.tasks import Task
+
+DEFAULT_POOL = "configs/executors/default.yaml"
+
+
+def add_params_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml; missing = defaults)")
+
+
+def params_from(args: argparse.Namespace) -> Params:
+    return load_params(getattr(args, "params", "params.yaml"))
+
+
+def resolve_pool_path(path: str | None) -> Path:
+    """The pool file, relative to the working directory or, failing that, the package checkout."""
+    p = Path(path or DEFAULT_POOL)
+    if p.exists() or p.is_absolute():
+        return p
+    alt = Path(__file__).resolve().parents[2] / p
+    return alt if alt.exists() else p
+
+
+def sim_tasks(params: Params, split: str, domain: str | None = None) -> list[Task]:
+    """Sim tasks of a split: the prepared Parquet when present, else generated (identically)."""
+    from e3orch.data.sim import DOMAINS, generate_split
+    from e3orch.data.tasks import read_tasks
+
+    if domain and domain not in DOMAINS:
+        raise ValueError(f"unknown sim domain {domain!r}; known: {', '.join(DOMAINS)}")
+    cfg = params.prepare
+    path = Path(cfg.out_dir) / f"sim_{split}.parquet"
+    if path.exists():
+        tasks = read_tasks(path)
+    else:
+        n = cfg.train_per_domain if split == "train" else cfg.eval_per_domain
+        tasks = generate_split(cfg.seed, split, n, cfg.domains)
+    return [t for t in tasks if domain is None or t.domain == domain]
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

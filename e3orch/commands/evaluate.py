@@ -1,0 +1,101 @@
+"""``e3orch evaluate``: run systems on a split and write ``DIR/metrics.json``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_params_arg(p)
+    p.add_argument("--orchestrator", action="append", default=None,
+                   help="system to evaluate (repeatable): heuristic | upfront | sequential | random | "
+                        "single:<executor> | all-single | policy checkpoint dir (default: all baselines)")
+    p.add_argument("--env", choices=("sim", "live"), default="sim")
+    p.add_argument("--benchmark", action="append", default=None, help="live benchmark(s)")
+    p.add_argument("--executors", default=None, help="executor pool YAML (default: evaluate.executors)")
+    p.add_argument("--split", choices=("train", "eval"), default=None, help="default: evaluate.split")
+    p.add_argument("--limit", type=int, default=None, help="at most N tasks per benchmark/domain (0 = all)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--out", required=True, help="output folder for metrics.json and episodes.jsonl")
+    p.add_argument("--json", action="store_true", help="also print metrics.json to stdout")
+
+
+def expand_systems(names: list[str], pool_names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if n == "all-single":
+            out += [f"single:{e}" for e in pool_names]
+        else:
+            out.append(n)
+    return list(dict.fromkeys(out))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_system
+    from e3orch.evaluation.report import render_table
+    from e3orch.evaluation.systems import make_orchestrator
+    from e3orch.executors.base import build_pool
+
+    params = params_from(args)
+    ecfg = params.evaluate
+    split = args.split or ecfg.split
+    limit = ecfg.limit if args.limit is None else args.limit
+    seed = ecfg.seed if args.seed is None else args.seed
+    pool_path = resolve_pool_path(args.executors or (ecfg.executors if args.env == "sim" else "configs/executors/live_cpu.yaml"))
+    pool = build_pool(pool_path)
+    if args.env == "live":
+        from e3orch.data.live import load_benchmark
+
+        if not args.benchmark:
+            raise ValueError("--env live needs --benchmark NAME (repeatable)")
+        tasks = [t for b in args.benchmark for t in load_benchmark(b, params=params) if t.split == split]
+    else:
+        from e3orch.commands.common import sim_tasks
+
+        tasks = sim_tasks(params, split)
+    tasks = limit_per_benchmark(tasks, limit)
+    if not tasks:
+        raise ValueError(f"no tasks in split {split!r}")
+    systems = expand_systems(args.orchestrator or [*ecfg.baselines, "all-single"], pool.names)
+    orchestrators = [make_orchestrator(s, pool, seed=seed) for s in systems]  # fail fast on bad names
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+    results = {}
+
+    async def go() -> None:
+        with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            with (out / "episodes.jsonl").open("w") as f:
+                for name, orch in zip(systems, orchestrators):
+                    bar = progress.add_task(name[:28], total=len(tasks))
+
+                    def done(ep, _bar=bar):  # type: ignore[no-untyped-def]
+                        progress.advance(_bar)
+
+                    eps = await run_system(orch, tasks, pool, params.engine, seed=seed, on_episode=done)
+                    await orch.aclose()
+                    for ep in eps:
+                        f.write(json.dumps({"system": name, **ep.to_dict()}) + "\n")
+                    results[name] = eps
+        await pool.aclose()
+
+    asyncio.run(go())
+    metrics = metrics_table(results)
+    metrics["config"] = {"env": args.env, "split": split, "limit": limit, "seed": seed,
+                         "executors": str(pool_path), "n_tasks": len(tasks)}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    console.print(render_table(metrics["systems"]), soft_wrap=True)
+    console.print(f"wrote {out / 'metrics.json'} and {out / 'episodes.jsonl'}")
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+    return 0

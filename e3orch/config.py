@@ -1,0 +1,116 @@
+"""One typed, frozen configuration loaded once from ``params.yaml``.
+
+Every stage reads its own section. Unknown keys, wrong types and impossible combinations fail
+with a one-line :class:`~e3orch.executors.base.ConfigError` that names the key and the fix.
+Sections the code does not know are rejected too (a typo in a section name must not be silently
+ignored). This module imports nothing heavy: every stage can load it cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from e3orch.executors.base import ConfigError
+
+DEFAULT_PARAMS = "params.yaml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PrepareConfig(_Section):
+    """Task tables for the ``sim`` environment (and the ``live`` benchmarks to load)."""
+
+    seed: int = Field(0, description="seed of the task generator")
+    train_per_domain: int = Field(60, ge=1, description="sim train tasks per domain")
+    eval_per_domain: int = Field(20, ge=1, description="sim eval tasks per domain")
+    domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
+    out_dir: str = "data/tasks"
+
+
+class EngineConfig(_Section):
+    """Budgets and concurrency of one episode."""
+
+    max_milestones: int = Field(12, ge=1, description="milestone decisions per episode")
+    max_plan_subtasks: int = Field(8, ge=1, description="subtasks allowed in one plan")
+    max_total_subtasks: int = Field(32, ge=1, description="subtasks allowed in one episode")
+    max_cost: float = Field(60.0, gt=0, description="cost budget per episode (pool cost units)")
+    concurrency: int = Field(16, ge=1, description="executor calls in flight per plan")
+    subtask_timeout_s: float = Field(120.0, gt=0, description="wall-clock limit per executor call")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.max_plan_subtasks > self.max_total_subtasks:
+            raise ValueError("max_plan_subtasks must be <= max_total_subtasks (raise max_total_subtasks)")
+        return self
+
+
+class EvaluateConfig(_Section):
+    split: Literal["train", "eval"] = "eval"
+    limit: int = Field(0, ge=0, description="tasks per benchmark/domain; 0 = all")
+    seed: int = 1234
+    executors: str = "configs/executors/default.yaml"
+    transfer_executors: str = "configs/executors/transfer.yaml"
+    baselines: tuple[str, ...] = ("heuristic", "upfront", "sequential", "random")
+    single_executors: bool = Field(True, description="also evaluate single:<executor> for every pool member")
+    out_dir: str = "reports"
+
+
+class Params(_Section):
+    prepare: PrepareConfig = PrepareConfig()
+    engine: EngineConfig = EngineConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+
+
+def _format_error(exc: ValidationError, source: str, section: str | None = None) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+    if section:
+        loc = f"{section}.{loc}" if loc else section
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (check spelling; see params.yaml comments for the allowed keys)"
+    got = err.get("input")
+    got_s = f" (got {got!r})" if err["type"] not in ("extra_forbidden", "missing") and not isinstance(got, dict) else ""
+    return f"{source}: {loc}: {msg}{got_s}"
+
+
+def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> Params:
+    data = dict(data or {})
+    fields = Params.model_fields
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        raise ConfigError(f"{source}: {unknown[0]}: unknown section; known sections: {', '.join(fields)}")
+    sections: dict[str, Any] = {}
+    for name, info in fields.items():
+        raw = data.get(name) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: {name}: must be a mapping of keys, got {type(raw).__name__}")
+        try:
+            sections[name] = info.annotation.model_validate(raw)  # type: ignore[union-attr]
+        except ValidationError as exc:
+            raise ConfigError(_format_error(exc, source, name)) from None
+    return Params(**sections)
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
+    """Load params.yaml (missing file = all defaults) and apply dotted ``overrides``."""
+    p = Path(path)
+    data: dict[str, Any] = {}
+    if p.exists():
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    for key, value in (overrides or {}).items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return parse_params(data, str(p))

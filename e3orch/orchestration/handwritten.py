@@ -1,0 +1,309 @@
+"""Hand-written orchestrators on the same engine: the baselines and the warm-start teachers.
+
+They see exactly what a policy sees — the task text, the executor cards and the results — and
+never the sim's hidden requirement graph. They read the task's numbered parts ("P3: (tricky)
+Find …, using P1 and P2."), guess each part's skill from its verb, read executor strengths off the
+cards' descriptions ("strong at code, good at compute; weak at retrieve"), and emit decisions in
+the text protocol, so every decision goes through the same parser as a policy's.
+
+* ``heuristic`` — milestones by dependency layer (all ready parts in parallel); route each part to
+  the cheapest executor whose card is good enough for its skill and difficulty; repair parts
+  whose result failed or came back with low confidence using the strongest executor for that
+  skill; answer when the final part is accepted.
+* ``upfront`` — one milestone with the whole plan (deps wired), no adaptation.
+* ``sequential`` — like ``heuristic`` but one subtask per milestone (no parallelism).
+* ``random`` — random grouping of ready parts and random executors; no repair.
+* ``single:<executor>`` — ``heuristic``'s structure with every subtask sent to one executor.
+
+What this module deliberately does not do: learn anything, or read ``Task.requirements``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from e3orch.data.sim import stable_seed
+from e3orch.executors.base import SKILLS, ExecutorSpec
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
+from e3orch.orchestration.protocol import render_answer, render_milestone, render_plan
+from e3orch.orchestration.types import Subtask
+
+_PART_RE = re.compile(r"^\s*(P\d+)\s*:\s*(.*?)\s*$")
+_USING_RE = re.compile(r",?\s*using\s+(.+?)\.?\s*$", re.I)
+_SINK_RE = re.compile(r"result of\s+(P\d+)", re.I)
+_RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
+_TAG_RE = re.compile(r"\bP\d+\b")
+
+_SKILL_WORDS: dict[str, tuple[str, ...]] = {
+    "retrieve": ("look up", "find", "retrieve", "search", "lookup"),
+    "compute": ("calculate", "compute", "work out", "evaluate", "arithmetic"),
+    "code": ("write", "implement", "program", "code", "function"),
+    "reason": ("decide", "judge", "infer", "reason", "determine", "verify"),
+}
+_HARD_WORDS = ("tricky", "hard", "obscure", "demanding", "difficult", "complex")
+_EASY_WORDS = ("quick", "simple", "easy", "routine", "trivial")
+_LEVEL_WORDS = {
+    "strongest": 3, "strong": 3, "exact": 3, "excellent": 3, "expert": 3,
+    "good": 2, "decent": 2, "solid": 2,
+    "fair": 1, "okay": 1, "basic": 1,
+    "weak": 0, "poor": 0, "useless": 0, "bad": 0,
+}
+_LEVEL_ALT = "|".join(_LEVEL_WORDS)
+# "strong at code, good at compute" → ("strong", "code, "), ("good", "compute"): a list ends at ; . or the next level word
+_LEVEL_RE = re.compile(
+    rf"\b({_LEVEL_ALT})\s+(?:at|for|in|on)\s+((?:(?!\b(?:{_LEVEL_ALT})\b)[^;.])+)", re.I
+)
+_DIFF_PREFIX_RE = re.compile(r"^\((\w+)\)\s*")
+_SKILL_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retrieve": ("retrieve", "retrieval", "lookup", "search"),
+    "compute": ("compute", "math", "arithmetic", "calculation"),
+    "code": ("code", "coding", "programming"),
+    "reason": ("reason", "reasoning", "logic"),
+}
+
+
+@dataclass(frozen=True)
+class Part:
+    id: str
+    skill: str
+    difficulty: int  # 0 easy, 1 medium, 2 hard (as cued by the text)
+    deps: tuple[str, ...]
+    text: str
+
+
+def parse_parts(question: str) -> tuple[list[Part], str | None]:
+    """The numbered parts of a task text and the part the final answer names."""
+    parts: list[Part] = []
+    for line in question.splitlines():
+        m = _PART_RE.match(line)
+        if not m:
+            continue
+        pid, body = m.group(1), m.group(2)
+        low = body.lower()
+        deps: tuple[str, ...] = ()
+        u = _USING_RE.search(body)
+        if u:
+            deps = tuple(_TAG_RE.findall(u.group(1)))
+        verb = _DIFF_PREFIX_RE.sub("", low)
+        # The leading verb names the skill ("Write and test code that computes …" is code, not compute).
+        skill = next((s for s, words in _SKILL_WORDS.items() if any(verb.startswith(w) for w in words)), None) or next(
+            (s for s, words in _SKILL_WORDS.items() if any(w in low for w in words)), "reason"
+        )
+        difficulty = 2 if any(w in low for w in _HARD_WORDS) else 0 if any(w in low for w in _EASY_WORDS) else 1
+        parts.append(Part(pid, skill, difficulty, deps, body))
+    sink = _SINK_RE.search(question)
+    return parts, (sink.group(1) if sink else (parts[-1].id if parts else None))
+
+
+def card_levels(spec: ExecutorSpec) -> dict[str, int]:
+    """Skill → level (0 weak … 3 strong) as the card's description states it."""
+    desc = spec.description.lower()
+    general = "general" in desc
+    levels = {s: (1 if general else 0) for s in SKILLS}
+    stated: set[str] = set()
+    for m in _LEVEL_RE.finditer(desc):
+        level, what = _LEVEL_WORDS[m.group(1).lower()], m.group(2)
+        if any(w in what for w in ("every skill", "all skills", "everything", "anything")):
+            # "useless for anything else" covers only the skills not stated so far
+            rest = [s for s in SKILLS if s not in stated] if "else" in what else list(SKILLS)
+            for s in rest:
+                levels[s] = level
+            continue
+        for s, words in _SKILL_SYNONYMS.items():
+            if any(w in what for w in words):
+                levels[s] = level
+                stated.add(s)
+    return levels
+
+
+def price_of(spec: ExecutorSpec) -> float:
+    # Outputs dominate agent calls; weigh them as a typical 1:2 input:output call would.
+    return spec.price.input_per_1k + 2.0 * spec.price.output_per_1k
+
+
+@dataclass
+class PartStatus:
+    attempts: int = 0
+    value: str | None = None
+    confidence: float = 0.0
+
+
+def part_status(obs: Observation, parts: Sequence[Part]) -> dict[str, PartStatus]:
+    """Attempts and latest reported value/confidence of every part, read off the results."""
+    status = {p.id: PartStatus() for p in parts}
+    for rec in obs.history:
+        by_id = {s.id: s for s in rec.plan.subtasks}
+        for r in rec.results:
+            sub = by_id.get(r.id)
+            if sub is None:
+                continue
+            for pid in _TAG_RE.findall(sub.instruction):
+                if pid in status:
+                    status[pid].attempts += 1
+            for m in _RESULT_RE.finditer(r.output if r.ok else ""):
+                if m.group(1) in status:
+                    st = status[m.group(1)]
+                    st.value = m.group(2)
+                    st.confidence = float(m.group(3)) if m.group(3) else 0.5
+    return status
+
+
+@dataclass
+class Router:
+    """Card-based routing shared by the rule-based orchestrators."""
+
+    cards: tuple[ExecutorSpec, ...]
+    levels: dict[str, dict[str, int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.levels = {c.name: card_levels(c) for c in self.cards}
+
+    def cheapest_good_enough(self, skill: str, difficulty: int) -> str:
+        need = 3 if difficulty >= 2 else 2
+        ok = [c for c in self.cards if self.levels[c.name][skill] >= need]
+        if ok:
+            return min(ok, key=price_of).name
+        return self.strongest(skill)
+
+    def strongest(self, skill: str) -> str:
+        return min(self.cards, key=lambda c: (-self.levels[c.name][skill], price_of(c))).name
+
+
+class RuleOrchestrator(Orchestrator):
+    """Base of the rule-based orchestrators: layer-by-layer milestones with repair."""
+
+    accept_confidence = 0.6
+    max_attempts = 3
+    parallel = True
+    repair = True
+
+    def __init__(self, name: str, only: str | None = None, seed: int = 0) -> None:
+        self.name = name
+        self.only = only
+        self.seed = seed
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        parts, sink = parse_parts(obs.question)
+        if not parts:
+            return self._freeform(obs, kind)
+        status = part_status(obs, parts)
+        if kind == "milestone":
+            return self.milestone(obs, parts, sink, status)
+        return self.plan(obs, parts, status)
+
+    # -- decisions ---------------------------------------------------------------------------
+    def accepted(self, st: PartStatus) -> bool:
+        return st.value is not None and (st.confidence >= self.accept_confidence or not self.repair)
+
+    def ready(self, parts: Sequence[Part], status: dict[str, PartStatus]) -> list[Part]:
+        limit = self.max_attempts if self.repair else 1
+        return [
+            p for p in parts
+            if not self.accepted(status[p.id]) and status[p.id].attempts < limit
+            and all(self.accepted(status[d]) or status[d].value is not None and status[d].attempts >= limit
+                    for d in p.deps if d in status)
+        ]
+
+    def milestone(self, obs: Observation, parts: Sequence[Part], sink: str | None, status: dict[str, PartStatus]) -> str:
+        ready = self.ready(parts, status)
+        if not ready or obs.milestones_left <= 0 or obs.subtasks_left <= 0 or (sink and self.accepted(status[sink])):
+            return render_answer(sink or parts[-1].id)
+        chosen = ready if self.parallel else ready[:1]
+        chosen = chosen[: obs.max_plan_subtasks]
+        return render_milestone("Solve " + ", ".join(p.id for p in chosen))
+
+    def plan(self, obs: Observation, parts: Sequence[Part], status: dict[str, PartStatus]) -> str:
+        wanted = set(_TAG_RE.findall(obs.pending_milestone or ""))
+        router = Router(obs.cards)
+        subtasks = []
+        for p in parts:
+            if p.id not in wanted:
+                continue
+            executor = self.route(router, p, status[p.id].attempts)
+            subtasks.append(Subtask(f"S{len(subtasks) + 1}", executor, f"Solve {p.id}."))
+        return render_plan(subtasks)
+
+    def route(self, router: Router, part: Part, attempts: int) -> str:
+        if self.only:
+            return self.only
+        if attempts > 0:
+            return router.strongest(part.skill)
+        return router.cheapest_good_enough(part.skill, part.difficulty)
+
+    def _freeform(self, obs: Observation, kind: DecisionType) -> str:
+        """A task without numbered parts (live benchmarks): one subtask, answer with its output."""
+        done = [r for rec in obs.history for r in rec.results if r.ok]
+        if kind == "milestone":
+            if done or obs.milestones_left <= 0:
+                return render_answer(done[-1].id if done else "no answer")
+            return render_milestone("Solve the task")
+        router = Router(obs.cards)
+        q = obs.question.lower()
+        skill = next((s for s, words in _SKILL_WORDS.items() if any(w in q for w in words)), "reason")
+        executor = self.only or (router.strongest(skill) if obs.history else router.cheapest_good_enough(skill, 1))
+        return render_plan([Subtask("S1", executor, obs.question)])
+
+
+class UpfrontOrchestrator(RuleOrchestrator):
+    """One milestone, the whole dependency-wired plan, then the answer."""
+
+    repair = False
+
+    def milestone(self, obs: Observation, parts: Sequence[Part], sink: str | None, status: dict[str, PartStatus]) -> str:
+        if obs.history:
+            return render_answer(sink or parts[-1].id)
+        return render_milestone("Solve every part in one plan")
+
+    def plan(self, obs: Observation, parts: Sequence[Part], status: dict[str, PartStatus]) -> str:
+        router = Router(obs.cards)
+        sid = {p.id: f"S{i + 1}" for i, p in enumerate(parts)}
+        subtasks = [
+            Subtask(sid[p.id], self.route(router, p, 0), f"Solve {p.id}.", tuple(sid[d] for d in p.deps if d in sid))
+            for p in parts
+        ]
+        return render_plan(subtasks[: obs.max_plan_subtasks])
+
+
+class SequentialOrchestrator(RuleOrchestrator):
+    parallel = False
+
+
+class RandomOrchestrator(RuleOrchestrator):
+    repair = False
+
+    def _rng(self, obs: Observation) -> random.Random:
+        return random.Random(stable_seed(self.seed, obs.task_id, len(obs.history), obs.pending_milestone or ""))
+
+    def milestone(self, obs: Observation, parts: Sequence[Part], sink: str | None, status: dict[str, PartStatus]) -> str:
+        ready = self.ready(parts, status)
+        if not ready or obs.milestones_left <= 0 or (sink and status[sink].value is not None):
+            return render_answer(sink or parts[-1].id)
+        rng = self._rng(obs)
+        chosen = rng.sample(ready, rng.randint(1, len(ready)))
+        return render_milestone("Solve " + ", ".join(sorted(p.id for p in chosen)))
+
+    def route(self, router: Router, part: Part, attempts: int) -> str:
+        return random.Random(stable_seed(self.seed, part.id, part.text)).choice(router.cards).name
+
+
+HANDWRITTEN = ("heuristic", "upfront", "sequential", "random")
+
+
+def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orchestrator:
+    """``heuristic`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``."""
+    if name.startswith("single:"):
+        executor = name.split(":", 1)[1]
+        if executor not in pool_names:
+            raise ValueError(f"single:{executor}: no executor {executor!r} in the pool; known: {', '.join(pool_names)}")
+        return RuleOrchestrator(name, only=executor)
+    classes = {"heuristic": RuleOrchestrator, "upfront": UpfrontOrchestrator,
+               "sequential": SequentialOrchestrator, "random": RandomOrchestrator}
+    if name not in classes:
+        raise ValueError(
+            f"unknown orchestrator {name!r}; use one of {', '.join(HANDWRITTEN)}, single:<executor>, "
+            "or a policy checkpoint directory"
+        )
+    return classes[name](name, seed=seed)

@@ -1,0 +1,162 @@
+"""The text protocol of the orchestrator's decisions, with a tolerant parser and validator.
+
+Three decisions, each a short block of text:
+
+* **milestone** — ``MILESTONE: <the next intermediate objective>``
+* **final answer** — ``ANSWER: <the answer>`` (instead of a milestone; in the sim a part tag such
+  as ``P5`` names that part's latest value)
+* **plan** for the current milestone — one line per subtask::
+
+      S1 | <executor> | - | <instruction>
+      S2 | <executor> | S1 | <instruction that uses S1's output>
+      S3 | <executor> | S1,S2 | <instruction>
+
+  fields: subtask id, executor name (from the cards), comma-separated dependency ids or ``-``,
+  instruction. Independent subtasks run in parallel; a subtask receives its dependencies' outputs.
+
+The parser never raises on model output. Whatever it cannot use becomes a :class:`Defect`
+(what the completeness reward penalises) and is dropped, so a partly broken plan still runs
+its valid part. What this module deliberately does not do: execute anything, or repair intent
+(an unknown executor is not guessed at).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
+
+_MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,15}$")
+_FENCE_RE = re.compile(r"^\s*```[a-zA-Z]*\s*$")
+MAX_INSTRUCTION_CHARS = 4000
+
+
+def render_plan(subtasks: list[Subtask] | tuple[Subtask, ...]) -> str:
+    """The canonical plan text (what hand-written orchestrators emit and policies learn)."""
+    return "\n".join(
+        f"{s.id} | {s.executor} | {','.join(s.deps) if s.deps else '-'} | {s.instruction}" for s in subtasks
+    )
+
+
+def render_milestone(text: str) -> str:
+    return f"MILESTONE: {text}"
+
+
+def render_answer(text: str) -> str:
+    return f"ANSWER: {text}"
+
+
+def parse_milestone(text: str) -> MilestoneDecision:
+    """Parse a milestone-or-answer decision. Only the first non-empty line block counts."""
+    body = _strip_fences(text or "").strip()
+    if not body:
+        return MilestoneDecision("invalid", "", (Defect("unparseable", "empty milestone decision"),))
+    m = _MILESTONE_RE.match(body)
+    if not m:
+        return MilestoneDecision("invalid", body[:200], (Defect("unparseable", f"expected MILESTONE: or ANSWER:, got {body[:60]!r}"),))
+    kind = "answer" if m.group(1).lower() in ("answer", "final answer") else "milestone"
+    content, _, rest = m.group(2).strip().partition("\n")
+    defects: list[Defect] = []
+    if rest.strip():
+        defects.append(Defect("trailing_text", rest.strip()[:60]))
+    if not content.strip():
+        return MilestoneDecision("invalid", "", (Defect("unparseable", f"empty {kind}"),))
+    return MilestoneDecision(kind, content.strip(), tuple(defects))  # type: ignore[arg-type]
+
+
+def _strip_fences(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not _FENCE_RE.match(line))
+
+
+def parse_plan(
+    text: str,
+    executors: Collection[str],
+    *,
+    max_subtasks: int = 8,
+) -> Plan:
+    """Parse and validate a plan; returns the usable subtasks and every defect found.
+
+    Validation: known executors, unique ids, non-empty instructions, deps that exist and are not
+    the subtask itself, an acyclic graph (subtasks on a cycle are dropped), at most
+    ``max_subtasks`` subtasks (extra ones dropped).
+    """
+    defects: list[Defect] = []
+    raw: list[Subtask] = []
+    seen: set[str] = set()
+    for line in _strip_fences(text or "").splitlines():
+        line = line.strip()
+        if not line or line.upper() in ("PLAN", "PLAN:", "END"):
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 4:
+            defects.append(Defect("bad_line", line[:60]))
+            continue
+        sid, executor, deps_s, instruction = parts[0], parts[1], parts[2], "|".join(parts[3:]).strip()
+        if not _ID_RE.match(sid):
+            defects.append(Defect("bad_line", f"bad subtask id {sid[:20]!r}"))
+            continue
+        if sid in seen:
+            defects.append(Defect("duplicate_id", sid))
+            continue
+        seen.add(sid)
+        if executor not in executors:
+            defects.append(Defect("unknown_executor", executor[:40]))
+            continue
+        if not instruction:
+            defects.append(Defect("empty_instruction", sid))
+            continue
+        deps_s = re.sub(r"^(deps?|after)\s*[:=]\s*", "", deps_s, flags=re.I)
+        deps = tuple(dict.fromkeys(d.strip() for d in re.split(r"[,\s]+", deps_s) if d.strip() and d.strip() != "-"))
+        raw.append(Subtask(sid, executor, instruction[:MAX_INSTRUCTION_CHARS], deps))
+
+    if not raw and not defects:
+        return Plan((), (Defect("empty_plan", "no subtasks"),))
+    if not raw:
+        return Plan((), (*defects, Defect("unparseable", "no valid subtask line")))
+
+    if len(raw) > max_subtasks:
+        defects.append(Defect("oversized_plan", f"{len(raw)} subtasks > {max_subtasks}"))
+        raw = raw[:max_subtasks]
+
+    ids = {s.id for s in raw}
+    cleaned: list[Subtask] = []
+    for s in raw:
+        keep: list[str] = []
+        for d in s.deps:
+            if d == s.id:
+                defects.append(Defect("self_dep", s.id))
+            elif d not in ids:
+                defects.append(Defect("dangling_dep", f"{s.id}->{d}"))
+            else:
+                keep.append(d)
+        cleaned.append(Subtask(s.id, s.executor, s.instruction, tuple(keep)))
+
+    acyclic, cyclic = _drop_cycles(cleaned)
+    if cyclic:
+        defects.append(Defect("cyclic_deps", ",".join(sorted(cyclic))))
+    if not acyclic:
+        defects.append(Defect("empty_plan", "nothing runnable"))
+    return Plan(tuple(acyclic), tuple(defects))
+
+
+def _drop_cycles(subtasks: list[Subtask]) -> tuple[list[Subtask], set[str]]:
+    """Kahn's algorithm: keep what can be ordered; subtasks on or behind a cycle are dropped."""
+    indeg = {s.id: len(s.deps) for s in subtasks}
+    children: dict[str, list[str]] = {s.id: [] for s in subtasks}
+    for s in subtasks:
+        for d in s.deps:
+            children[d].append(s.id)
+    ready = [sid for sid, n in indeg.items() if n == 0]
+    order: list[str] = []
+    while ready:
+        sid = ready.pop()
+        order.append(sid)
+        for c in children[sid]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                ready.append(c)
+    ok = set(order)
+    # The original order is kept (not the topological one) so traces read as the plan was written.
+    return [s for s in subtasks if s.id in ok], {s.id for s in subtasks if s.id not in ok}
