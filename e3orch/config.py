@@ -46,7 +46,7 @@ class EngineConfig(_Section):
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
         if self.max_plan_subtasks > self.max_total_subtasks:
-            raise ValueError("max_plan_subtasks must be <= max_total_subtasks (raise max_total_subtasks)")
+            raise ValueError("max_plan_subtasks: must be <= max_total_subtasks (raise max_total_subtasks)")
         return self
 
 
@@ -61,10 +61,84 @@ class EvaluateConfig(_Section):
     out_dir: str = "reports"
 
 
+class PolicyModelConfig(_Section):
+    """Shape of the small default policy (a Llama-architecture causal LM made by init-policy)."""
+
+    vocab_size: int = Field(1024, ge=300, description="BPE vocabulary trained on the protocol")
+    hidden_size: int = Field(128, ge=16)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(384, ge=16)
+    max_positions: int = Field(1536, ge=128)
+
+    @model_validator(mode="after")
+    def _check(self) -> PolicyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size: must be divisible by num_heads")
+        return self
+
+
+class PolicyConfig(_Section):
+    """The orchestrator policy: which model, which backend, how it decodes."""
+
+    init_dir: str = Field("models/init", description="where `e3orch init-policy` writes the small default model")
+    base_model: str = Field("", description="HF id/path to start from instead of the small default (e.g. Qwen/Qwen2.5-1.5B-Instruct)")
+    backend: Literal["transformers", "vllm"] = "transformers"
+    vllm_url: str = Field("http://localhost:8100/v1", description="vLLM server (backend: vllm)")
+    device: str = Field("auto", description="auto | cpu | cuda")
+    dtype: str = Field("auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
+    batch_size: int = Field(64, ge=1, description="generation mini-batch")
+    max_prompt_tokens: int = Field(1024, ge=64, description="history is trimmed (oldest first) to fit")
+    max_new_tokens_milestone: int = Field(24, ge=4)
+    max_new_tokens_plan: int = Field(160, ge=8)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature in rollouts")
+    top_p: float = Field(1.0, gt=0, le=1)
+    eval_temperature: float = Field(0.0, ge=0, description="0 = greedy at evaluation")
+    model: PolicyModelConfig = PolicyModelConfig()
+    tokenizer_tasks: int = Field(200, ge=10, description="train tasks whose demonstrations train the tokenizer")
+
+
+class RolloutConfig(_Section):
+    """Tree-structured rollouts: branch at milestone and plan decisions."""
+
+    tasks_per_round: int = Field(64, ge=1, description="train tasks per rollout round")
+    branch_milestone: int = Field(2, ge=1, description="children per milestone decision while branching")
+    branch_plan: int = Field(3, ge=1, description="children per plan decision while branching")
+    branch_depth: int = Field(4, ge=0, description="decisions (from the root) at which branching is allowed")
+    leaf_budget: int = Field(12, ge=1, description="max leaves per task tree")
+    randomize_pool: bool = Field(True, description="random names/membership/prices per task")
+    seed: int = 0
+    out_dir: str = "data/rollouts"
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutConfig:
+        if max(self.branch_milestone, self.branch_plan) > self.leaf_budget:
+            raise ValueError("leaf_budget: must be >= branch_milestone and branch_plan (raise leaf_budget)")
+        return self
+
+
+class RewardsConfig(_Section):
+    """Decision-level rewards and advantages."""
+
+    w_performance: float = Field(1.0, ge=0)
+    w_cost: float = Field(0.3, ge=0, description="weight of the per-task normalised execution cost")
+    w_completeness: float = Field(0.2, ge=0)
+    prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
+    prior_beta: float = Field(1.0, gt=0)
+    kappa: float = Field(0.5, ge=0, description="uncertainty penalty: mean - kappa * posterior std")
+    defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
+    estimator: Literal["sibling", "tree_mean"] = Field("sibling", description="advantage estimator")
+    normalize_std: bool = Field(True, description="divide advantages by the group's std")
+
+
 class Params(_Section):
     prepare: PrepareConfig = PrepareConfig()
     engine: EngineConfig = EngineConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    policy: PolicyConfig = PolicyConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    rewards: RewardsConfig = RewardsConfig()
 
 
 def _format_error(exc: ValidationError, source: str, section: str | None = None) -> str:
@@ -73,6 +147,10 @@ def _format_error(exc: ValidationError, source: str, section: str | None = None)
     if section:
         loc = f"{section}.{loc}" if loc else section
     msg = err["msg"]
+    if err["type"] == "value_error" and not loc.count(".") and ": " in msg:
+        # model-level checks name their key first ("Value error, leaf_budget: must be …")
+        key, _, msg = msg.removeprefix("Value error, ").partition(": ")
+        loc = f"{loc}.{key}"
     if err["type"] == "extra_forbidden":
         msg = "unknown key (check spelling; see params.yaml comments for the allowed keys)"
     got = err.get("input")

@@ -79,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
 
     n = len(results)
     n_correct = sum(r.grade.correct for r in results)
-    unknown = sum(1 for r in results if (r.grade.error or "").startswith(("unknown task_id", "line ")))
+    not_graded = sum(1 for r in results if not r.graded)
     mean_score = sum(r.grade.score for r in results) / n
     sys.stderr.write(
         f"{args.benchmark}: {n_correct}/{n} correct ({n_correct / n:.1%}), mean score {mean_score:.3f}, "
-        f"{unknown} unknown/bad lines, {time.perf_counter() - t0:.1f}s\n"
+        f"{not_graded} not graded (unknown task_id or bad line), {time.perf_counter() - t0:.1f}s\n"
     )
     return 0
 

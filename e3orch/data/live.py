@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -419,18 +420,28 @@ def _last_line(text: str) -> str:
 
 
 def run_program(program: str, timeout_s: float = DEFAULT_CODE_TIMEOUT_S) -> Grade:
-    """Run a test program in the sandbox: correct iff it exits 0 within ``timeout_s``."""
+    """Run a test program in the sandbox: correct iff it exits 0 within ``timeout_s`` *after* the
+    last line ran.
+
+    A random marker printed after the tests tells "all tests ran" from "the answer called
+    ``sys.exit(0)``/``os._exit(0)`` before the tests", which a bare exit status cannot.
+    """
     # Imported here: loaders and the text graders do not need the sandbox.
     from e3orch.executors.sandbox import run_python
 
+    marker = f"e3orch-tests-done-{secrets.token_hex(8)}"
     try:
-        res = run_python(program, timeout_s=timeout_s)
+        res = run_python(program + f"\nprint({marker!r})\n", timeout_s=timeout_s)
     except Exception as exc:  # a sandbox failure is a recorded error, never a crash of the grader
         return Grade(False, 0.0, f"sandbox error: {type(exc).__name__}: {exc}")
     if res.timed_out:
         return Grade(False, 0.0, f"timeout after {timeout_s:g}s")
     if res.exit_code == 0:
-        return Grade(True, 1.0, None)
+        if marker in res.stdout:
+            return Grade(True, 1.0, None)
+        if res.truncated:
+            return Grade(False, 0.0, res.error or "output truncated")
+        return Grade(False, 0.0, "exited with status 0 before the tests finished")
     return Grade(False, 0.0, res.error or _last_line(res.stderr) or f"exit code {res.exit_code}")
 
 
@@ -686,6 +697,7 @@ class AnswerGrade:
     line: int
     task_id: str | None
     grade: Grade
+    graded: bool = True  # False: unknown task_id or a bad line, the grader never ran
 
     def to_dict(self) -> dict[str, object]:
         return {"task_id": self.task_id, **self.grade.to_dict()}
@@ -755,9 +767,10 @@ def grade_answers(
 
     def one(al: AnswerLine) -> AnswerGrade:
         if al.error is not None or al.answer is None:
-            res = AnswerGrade(al.line, al.task_id, Grade(False, 0.0, al.error or "no answer"))
-        elif al.task_id not in tasks:
-            res = AnswerGrade(al.line, al.task_id, Grade(False, 0.0, f"unknown task_id {al.task_id!r} for benchmark {benchmark}"))
+            res = AnswerGrade(al.line, al.task_id, Grade(False, 0.0, al.error or "no answer"), graded=False)
+        elif al.task_id is None or al.task_id not in tasks:
+            unknown = Grade(False, 0.0, f"unknown task_id {al.task_id!r} for benchmark {benchmark}")
+            res = AnswerGrade(al.line, al.task_id, unknown, graded=False)
         else:
             task = tasks[al.task_id]
             try:

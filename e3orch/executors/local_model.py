@@ -116,7 +116,7 @@ def convert_gguf(src: str | Path, gguf_file: str, out_dir: str | Path) -> Path:
     t0 = time.perf_counter()
     log.info("converting %s/%s to %s (one time, ~20 s)", src, gguf_file, out)
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf_file)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf_file)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -182,7 +182,7 @@ def load_model(path: str, *, device: str = "cpu", dtype: str | None = None) -> L
         kwargs: dict[str, Any] = {}
         if dtype is not None:
             kwargs["dtype"] = getattr(torch, dtype)
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         model.to(device)
         model.eval()
         lm = LoadedModel(model, tokenizer, path, device, time.perf_counter() - t0, threading.Lock())

@@ -66,7 +66,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SETUP_EXIT = 121  # exit status of a failed setup stage (before any untrusted code ran)
-SETUP_PREFIX = "e3orch-sandbox: setup failed: "
 # A per-call uid is drawn from here (root only): far above any real account or subuid range.
 UID_BASE, UID_SPAN = 1_900_000_000, 50_000_000
 WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
@@ -397,7 +396,7 @@ def run_python(
                 isolation.append("namespaces")
         if caps.root:
             # Without a mount namespace the uid must be able to reach the interpreter as is.
-            reachable = all(_blocked_ancestor(r) is None for r in _interpreter_roots())
+            reachable = all(_blocked_ancestor(r) is None for r in [*_interpreter_roots(), workdir])
             if isolation or reachable:
                 uid = _acquire_uid()
                 for dirpath, _dirs, fnames in os.walk(workdir):
@@ -415,10 +414,12 @@ def run_python(
             nproc = max_procs  # a fresh uid, or a fresh user namespace, counts only this call's tasks
         else:
             nproc = _tasks_of_uid(os.getuid()) + max_procs  # the limit counts all of this user's tasks
+        status_r, status_w = os.pipe()  # the setup stage reports the code's exit status here
         config = {
+            "status_fd": status_w,
             "workdir": workdir,
             "exe": _interpreter(),
-            "argv": ["-I", "-S", "-c", BOOTSTRAP],
+            "argv": ["-I", "-S", "-u", "-c", BOOTSTRAP],  # unbuffered: partial output survives a kill
             "env": _minimal_env(workdir),
             "covers": covers if caps.root else [],
             "uid": uid,
@@ -436,6 +437,7 @@ def run_python(
         cmd = [*caps.namespaces, *stage1] if "namespaces" in isolation else stage1
         return _supervise(
             cmd,
+            status_fds=(status_r, status_w),
             workdir=workdir,
             stdin=stdin,
             timeout_s=timeout_s,
@@ -451,9 +453,31 @@ def run_python(
         _rmtree(workdir)
 
 
+def _read_status(fd: int) -> tuple[str | None, int | None]:
+    """Parse the setup stage's report: (setup error, exit code as Popen reports it)."""
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    except BlockingIOError:
+        pass
+    setup_error, rc = None, None
+    for line in data.decode(errors="replace").splitlines():
+        kind, _, value = line.partition(" ")
+        if kind == "setup":
+            setup_error = value
+        elif kind == "exit" and value.lstrip("-").isdigit():
+            rc = int(value)
+        elif kind == "signal" and value.isdigit():
+            rc = -int(value)
+    return setup_error, rc
+
+
 def _supervise(
     cmd: list[str],
     *,
+    status_fds: tuple[int, int],
     workdir: str,
     stdin: str,
     timeout_s: float,
@@ -478,7 +502,9 @@ def _supervise(
             env=_minimal_env(workdir),
             start_new_session=True,  # its own process group, killed as a whole
             close_fds=True,
+            pass_fds=(status_fds[1],),
         )
+    os.close(status_fds[1])
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     streams = {out_fd: proc.stdout, err_fd: proc.stderr}
@@ -522,8 +548,10 @@ def _supervise(
             f.close()
         if uid is not None:
             _kill_uid(uid)
+        setup_error, status_rc = _read_status(status_fds[0])
+        os.close(status_fds[0])
     wall_s = time.monotonic() - start
-    rc = proc.returncode
+    rc = status_rc if status_rc is not None else proc.returncode
     stdout = bufs[out_fd].decode("utf-8", errors="replace")
     stderr = bufs[err_fd].decode("utf-8", errors="replace")
     error: str | None = None
@@ -531,13 +559,13 @@ def _supervise(
         error = f"timeout after {timeout_s:g}s"
     elif truncated:
         error = f"output truncated at {max_output_bytes} bytes (process killed)"
-    elif rc == SETUP_EXIT and SETUP_PREFIX in stderr:
-        error = "sandbox setup failed: " + stderr.split(SETUP_PREFIX, 1)[1].strip()
+    elif setup_error is not None:
+        error = f"sandbox setup failed: {setup_error}"
     elif rc != 0:
         tail = stderr.strip().splitlines()[-1:] or [""]
         if "MemoryError" in tail[0] or "Cannot allocate memory" in stderr:
             error = "memory limit exceeded"
-        elif rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        elif rc == -signal.SIGXCPU:
             error = "cpu time limit exceeded"
         elif rc < 0:
             error = f"killed by {_describe_signal(-rc)}"
@@ -644,11 +672,9 @@ def _stage1_landlock(abi: int, workdir: str) -> None:
     os.close(ruleset)
 
 
-def _stage1(config: dict[str, Any]) -> None:
+def _stage1_child(config: dict[str, Any], status_fd: int) -> None:
+    """Drop privileges, confine, and exec the untrusted interpreter (never returns)."""
     try:
-        if config["covers"]:
-            _stage1_mounts(config["covers"])
-        os.chdir(config["workdir"])  # the (re-exposed) directory, not the one hidden beneath a cover
         for name, (soft, hard) in config["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
         libc = _libc()
@@ -657,16 +683,52 @@ def _stage1(config: dict[str, Any]) -> None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-            # Changing credentials clears the parent-death signal unshare --kill-child set; re-arm it.
-            _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        # Die with the supervising stage (set after the uid change, which would clear it).
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         if config["landlock_abi"]:
             _stage1_landlock(int(config["landlock_abi"]), config["workdir"])
         exe = config["exe"]
-        os.execve(exe, [exe, *config["argv"]], config["env"])
-    except Exception as exc:  # noqa: BLE001 - report any setup failure, then stop before untrusted code
-        os.write(2, f"{SETUP_PREFIX}{type(exc).__name__}: {exc}\n".encode())
+        os.execve(exe, [exe, *config["argv"]], config["env"])  # status_fd is close-on-exec
+    except BaseException as exc:  # noqa: BLE001 - report any setup failure, never run the code
+        os.write(status_fd, f"setup {type(exc).__name__}: {exc}\n".encode())
         os._exit(SETUP_EXIT)
+
+
+def _stage1(config: dict[str, Any]) -> None:
+    """Set up mounts, start the code in a confined child, reap until it exits, report its status.
+
+    In a PID namespace this process is its init: it reaps orphans (which would otherwise count
+    against ``RLIMIT_NPROC`` as zombies), and its exit makes the kernel kill whatever is left.
+    The status goes to a dedicated pipe, so the code's own stdout/stderr and exit code cannot
+    forge it (and ``unshare`` does not have to forward signals).
+    """
+    status_fd = int(config["status_fd"])
+    os.set_inheritable(status_fd, False)
+    try:
+        if config["covers"]:
+            _stage1_mounts(config["covers"])
+        os.chdir(config["workdir"])  # the (re-exposed) directory, not the one hidden beneath a cover
+        child = os.fork()
+    except BaseException as exc:  # noqa: BLE001
+        os.write(status_fd, f"setup {type(exc).__name__}: {exc}\n".encode())
+        os._exit(SETUP_EXIT)
+    if child == 0:
+        _stage1_child(config, status_fd)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(SETUP_EXIT)
+        except InterruptedError:
+            continue
+        if pid == child:
+            break
+    if os.WIFSIGNALED(status):
+        os.write(status_fd, f"signal {os.WTERMSIG(status)}\n".encode())
+    else:
+        os.write(status_fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+    os._exit(0)
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--stage1":

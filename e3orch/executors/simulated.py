@@ -52,6 +52,7 @@ _OPTION_DEFAULTS: dict[str, float] = {
     "slow_rate": 0.0,               # P(call is 5x slower)
     "sleep_scale": 0.0,             # >0: really sleep latency_s * sleep_scale (benchmarks)
     "timeout_s": 60.0,              # reported latency of a timed-out call
+    "latency_noise": 0.2,           # sd of the log-normal latency noise (0 = fixed latencies)
 }
 
 
@@ -73,7 +74,14 @@ class SimulatedExecutor(Executor):
         if spec.skills is None:
             raise ValueError("kind simulated needs 'skills' (per-skill success rates)")
         self.rates = {s: float(spec.skills.get(s, 0.0)) for s in SKILLS}
-        self.opt = {k: float(opts.get(k, v)) for k, v in _OPTION_DEFAULTS.items()}
+        self.opt = {}
+        for k, default in _OPTION_DEFAULTS.items():
+            v = opts.get(k, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"option {k!r} must be a non-negative number, got {v!r}")
+            if k.endswith("_rate") and v > 1:
+                raise ValueError(f"option {k!r} must be a probability in [0, 1], got {v!r}")
+            self.opt[k] = float(v)
         self.virtual_time = self.opt["sleep_scale"] <= 0
 
     def success_probability(self, skill: str, difficulty: int, n_parts: int) -> float:
@@ -124,7 +132,7 @@ class SimulatedExecutor(Executor):
         out_tokens = max(1, int(out_tokens * math.exp(rng.gauss(0, 0.15))))
         cost = self.spec.cost(in_tokens, out_tokens)
         lat = self.spec.latency
-        latency = (lat.base_s + lat.per_1k_tokens_s * (in_tokens + out_tokens) / 1000.0) * math.exp(rng.gauss(0, 0.2))
+        latency = (lat.base_s + lat.per_1k_tokens_s * (in_tokens + out_tokens) / 1000.0) * math.exp(rng.gauss(0, self.opt["latency_noise"]))
 
         u = rng.random()
         if u < self.opt["fault_rate"]:

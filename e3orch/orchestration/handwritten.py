@@ -92,7 +92,10 @@ def parse_parts(question: str) -> tuple[list[Part], str | None]:
         skill = next((s for s, words in _SKILL_WORDS.items() if any(verb.startswith(w) for w in words)), None) or next(
             (s for s, words in _SKILL_WORDS.items() if any(w in low for w in words)), "reason"
         )
-        difficulty = 2 if any(w in low for w in _HARD_WORDS) else 0 if any(w in low for w in _EASY_WORDS) else 1
+        # The difficulty cue is the leading "(word)"; a verb such as "Program a routine that" must not count.
+        cue_m = _DIFF_PREFIX_RE.match(low)
+        cue = cue_m.group(1) if cue_m else ""
+        difficulty = 2 if cue in _HARD_WORDS else 0 if cue in _EASY_WORDS else 1
         parts.append(Part(pid, skill, difficulty, deps, body))
     sink = _SINK_RE.search(question)
     return parts, (sink.group(1) if sink else (parts[-1].id if parts else None))

@@ -89,24 +89,24 @@ def parse_plan(
         line = line.strip()
         if not line or line.upper() in ("PLAN", "PLAN:", "END"):
             continue
-        parts = [p.strip() for p in line.split("|")]
+        parts = [p.strip() for p in line.split("|", 3)]  # the instruction may itself contain '|'
         if len(parts) < 4:
             defects.append(Defect("bad_line", line[:60]))
             continue
-        sid, executor, deps_s, instruction = parts[0], parts[1], parts[2], "|".join(parts[3:]).strip()
+        sid, executor, deps_s, instruction = parts
         if not _ID_RE.match(sid):
             defects.append(Defect("bad_line", f"bad subtask id {sid[:20]!r}"))
             continue
         if sid in seen:
             defects.append(Defect("duplicate_id", sid))
             continue
-        seen.add(sid)
         if executor not in executors:
             defects.append(Defect("unknown_executor", executor[:40]))
             continue
         if not instruction:
             defects.append(Defect("empty_instruction", sid))
             continue
+        seen.add(sid)  # only kept lines claim their id: a corrected repeat of a dropped line is fine
         deps_s = re.sub(r"^(deps?|after)\s*[:=]\s*", "", deps_s, flags=re.I)
         deps = tuple(dict.fromkeys(d.strip() for d in re.split(r"[,\s]+", deps_s) if d.strip() and d.strip() != "-"))
         raw.append(Subtask(sid, executor, instruction[:MAX_INSTRUCTION_CHARS], deps))

@@ -93,17 +93,26 @@ async def run_plan(
                 state=state,
                 seed=stable_seed(seed, sid, sub.executor, sub.instruction),
             )
+            if sub.executor not in pool:
+                res = ExecutionResult(sid, sub.executor, False, error=f"unknown executor {sub.executor!r}")
+                done[sid].set_result(res)
+                return
             executor = pool[sub.executor]
             async with sem:
                 started = time.perf_counter()
-                try:
-                    res = await asyncio.wait_for(executor.run(req), timeout_s)
-                except asyncio.TimeoutError:
+                call = asyncio.ensure_future(executor.run(req))
+                # asyncio.wait (not wait_for): an executor's own TimeoutError must not pass for ours
+                finished, _ = await asyncio.wait({call}, timeout=timeout_s)
+                if not finished:
+                    call.cancel()
                     res = executor.failure(req, f"timeout after {timeout_s:g}s", latency_s=time.perf_counter() - started)
-                except Exception as exc:  # an executor bug must not take the episode down
+                elif call.exception() is not None:  # an executor bug must not take the episode down
+                    exc = call.exception()
                     log.warning("executor %s raised %r on %s", sub.executor, exc, sid)
                     res = executor.failure(req, f"executor raised {type(exc).__name__}: {exc}",
                                            latency_s=time.perf_counter() - started)
+                else:
+                    res = call.result()
         done[sid].set_result(res)
 
     await asyncio.gather(*(one(s.id) for s in plan.subtasks))

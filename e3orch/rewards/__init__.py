@@ -1,1 +1,1 @@
-
+"""Decision-level rewards (performance, cost, completeness) and advantage estimators."""

@@ -1,0 +1,69 @@
+"""The policy backend interface and its registry.
+
+A backend turns prompts into sampled completions with per-token log-probs (under the sampling
+model at temperature 1, what the RL ratio needs) and can score given completions. Backends:
+``transformers`` (in process, CPU or GPU) and ``vllm`` (a vLLM server in its own environment,
+reached over HTTP). Heavy imports happen inside each backend's module, only when it is used.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    finished: bool = True  # ended with EOS (False: cut at max_new_tokens)
+
+
+class PolicyBackend(abc.ABC):
+    name: str = ""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | None = None,
+    ) -> list[list[Generation]]:
+        """``n`` completions per prompt (greedy when ``temperature`` is 0)."""
+
+    @abc.abstractmethod
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        """Per-token log-probs of each completion given its prompt (EOS included)."""
+
+    @abc.abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Prompt length in the policy's tokens (for history trimming)."""
+
+    def update_weights(self, source: Any) -> float:
+        """Load new weights (a model or a directory); returns the seconds it took."""
+        raise NotImplementedError(f"{self.name} backend cannot update weights")
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Free memory/connections."""
+
+
+_BACKENDS = {
+    "transformers": "e3orch.policy.backends.hf:TransformersBackend",
+    "vllm": "e3orch.policy.backends.vllm:VLLMBackend",
+}
+
+
+def make_backend(kind: str, model: str, **options: Any) -> PolicyBackend:
+    if kind not in _BACKENDS:
+        raise ValueError(f"unknown policy backend {kind!r}; known: {', '.join(_BACKENDS)}")
+    module, cls = _BACKENDS[kind].split(":")
+    return getattr(importlib.import_module(module), cls)(model, **options)

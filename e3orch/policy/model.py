@@ -1,0 +1,89 @@
+"""The small default policy: a BPE tokenizer made for the protocol and a Llama-config causal LM.
+
+``create_default_policy`` trains a byte-level BPE tokenizer on rendered prompts and teacher
+completions (so executor cards, part tags and plan lines tokenize compactly), builds a randomly
+initialised ``LlamaForCausalLM`` of the configured shape and saves both with
+``save_pretrained``. Warm start then teaches it the protocol. Any Hugging Face causal LM can be
+used instead through ``policy.base_model``.
+
+What this module deliberately does not do: train the model (training/ does), or download
+anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from e3orch.config import Params
+
+log = logging.getLogger(__name__)
+
+SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int):  # type: ignore[no-untyped-def]
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[SPECIAL["pad"], SPECIAL["bos"], SPECIAL["eos"]],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=SPECIAL["bos"],
+        eos_token=SPECIAL["eos"],
+        pad_token=SPECIAL["pad"],
+        padding_side="left",
+    )
+
+
+def create_default_policy(params: Params, out_dir: str | Path | None = None, seed: int = 0) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from e3orch.commands.common import resolve_pool_path, sim_tasks
+    from e3orch.executors.base import load_pool_specs
+    from e3orch.training.demos import collect_demonstrations
+
+    out = Path(out_dir or params.policy.init_dir)
+    cfg = params.policy.model
+    tasks = sim_tasks(params, "train")[:: max(1, len(sim_tasks(params, "train")) // params.policy.tokenizer_tasks)]
+    specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
+    demos, _ = collect_demonstrations(tasks, specs, params.engine, seed=seed)
+    texts = [d.prompt + d.completion for d in demos]
+    tokenizer = train_tokenizer(texts, cfg.vocab_size)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+    )
+    model = LlamaForCausalLM(config)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    n_params = sum(p.numel() for p in model.parameters())
+    meta = {"kind": "e3orch-default-policy", "params": n_params, "vocab_size": len(tokenizer),
+            "tokenizer_texts": len(texts), "seed": seed}
+    (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+    log.info("created default policy in %s (%d params)", out, n_params)
+    return out

@@ -1,0 +1,116 @@
+"""The policy orchestrator: an LLM making the engine's decisions, batched across episodes.
+
+Every ``decide`` call renders the prompt (cards, task, trimmed history) and queues it; a
+micro-batcher gathers the prompts of all episodes in flight and generates them in one backend
+call, in a worker thread, so executors of other episodes keep running during generation.
+Whatever the model writes goes through the engine's tolerant parser: malformed decisions
+become recorded defects, never crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
+from e3orch.policy.backends.base import Generation, PolicyBackend, make_backend
+from e3orch.policy.prompts import render_prompt
+
+
+@dataclass
+class DecodeSettings:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: dict[str, int] = field(default_factory=lambda: {"milestone": 24, "plan": 160})
+    max_prompt_tokens: int = 1024
+
+
+class MicroBatcher:
+    """Collects concurrent generate requests of one decision kind into one backend call."""
+
+    def __init__(self, backend: PolicyBackend, settings: DecodeSettings, seed: int = 0) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.seed = seed
+        self.calls = 0
+        self._queues: dict[str, list[tuple[str, asyncio.Future[Generation]]]] = {}
+        self._scheduled: set[str] = set()
+
+    async def generate(self, prompt: str, kind: str) -> Generation:
+        fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(kind, []).append((prompt, fut))
+        if kind not in self._scheduled:
+            self._scheduled.add(kind)
+            asyncio.get_running_loop().create_task(self._flush(kind))
+        return await fut
+
+    async def _flush(self, kind: str) -> None:
+        # Let every episode that is ready reach its decide() before generating.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        batch, self._queues[kind] = self._queues.get(kind, []), []
+        self._scheduled.discard(kind)
+        if not batch:
+            return
+        self.calls += 1
+        s = self.settings
+        try:
+            out = await asyncio.to_thread(
+                self.backend.generate, [p for p, _ in batch], n=1, temperature=s.temperature, top_p=s.top_p,
+                max_new_tokens=s.max_new_tokens[kind], seed=self.seed + self.calls,
+            )
+        except Exception as exc:  # surface the failure to every waiting episode
+            for _, f in batch:
+                f.set_exception(exc)
+            return
+        for (_, f), gens in zip(batch, out):
+            f.set_result(gens[0])
+
+
+class PolicyOrchestrator(Orchestrator):
+    def __init__(self, backend: PolicyBackend, settings: DecodeSettings | None = None, *, name: str = "policy", seed: int = 0) -> None:
+        self.backend = backend
+        self.settings = settings or DecodeSettings()
+        self.name = name
+        self.batcher = MicroBatcher(backend, self.settings, seed)
+
+    @classmethod
+    def from_checkpoint(cls, path: str, *, seed: int = 0, params: Any = None, **overrides: Any) -> PolicyOrchestrator:
+        from e3orch.config import load_params
+
+        params = params or load_params()
+        pc = params.policy
+        backend = make_backend(
+            pc.backend, str(path), **({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size}
+                                      if pc.backend == "transformers" else {"base_url": pc.vllm_url})
+        )
+        settings = DecodeSettings(
+            temperature=overrides.get("temperature", pc.eval_temperature),
+            top_p=pc.top_p,
+            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
+            max_prompt_tokens=pc.max_prompt_tokens,
+        )
+        name = overrides.get("name") or _checkpoint_name(path)
+        return cls(backend, settings, name=name, seed=seed)
+
+    def prompt(self, obs: Observation, kind: DecisionType) -> str:
+        return render_prompt(obs, kind, count_tokens=self.backend.count_tokens, max_tokens=self.settings.max_prompt_tokens)
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        gen = await self.batcher.generate(self.prompt(obs, kind), kind)
+        return gen.text
+
+    async def aclose(self) -> None:
+        self.backend.release()
+
+
+def _checkpoint_name(path: str) -> str:
+    meta = Path(path) / "e3orch_policy.json"
+    if meta.exists():
+        name = json.loads(meta.read_text()).get("name")
+        if name:
+            return str(name)
+    return str(path)

@@ -1,0 +1,71 @@
+"""The three reward terms of a decision, as small pure functions with a registry.
+
+Each term maps the facts about one decision node — the scores and costs of the leaves below
+it, its own defects, whether those leaves ended with an answer — to a number. Signs: higher
+performance and completeness are better; ``cost`` returns a normalised cost that the total
+reward *subtracts* (see :func:`total_reward`). Tests pin the sign of every term.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    leaf_scores: Sequence[float]     # task scores (0..1) of the leaves below the decision
+    leaf_costs: Sequence[float]      # total episode costs of those leaves
+    leaf_answered: Sequence[bool]    # leaf ended with an answer inside its budget
+    n_defects: int                   # defects of this decision itself
+    tree_mean_cost: float            # mean leaf cost of the whole tree (the task's cost scale)
+
+
+def beta_lcb(scores: Sequence[float], alpha: float = 1.0, beta: float = 1.0, kappa: float = 0.5) -> float:
+    """Uncertainty-aware performance: Beta posterior mean minus ``kappa`` posterior std.
+
+    Leaf scores in [0, 1] count as fractional successes. Few leaves → wide posterior → the
+    estimate is shrunk toward the prior and penalised, so a decision judged on one lucky leaf
+    does not outrank one judged on many.
+    """
+    s, n = float(sum(scores)), len(scores)
+    a, b = alpha + s, beta + n - s
+    mean = a / (a + b)
+    std = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+    return mean - kappa * std
+
+
+def normalised_cost(costs: Sequence[float], tree_mean_cost: float) -> float:
+    """Mean cost below the decision over the task's mean leaf cost (1.0 = typical for this task).
+
+    Normalising per task makes a cheap task's savings weigh as much as an expensive task's.
+    """
+    if not costs or tree_mean_cost <= 0:
+        return 0.0
+    return (sum(costs) / len(costs)) / tree_mean_cost
+
+
+def completeness(n_defects: int, answered: Sequence[bool], penalty: float = 0.5) -> float:
+    """Half for a well-formed decision (each defect costs ``penalty``), half for the fraction of
+    its leaves that ended with an answer inside their budgets."""
+    own = max(0.0, 1.0 - penalty * n_defects)
+    done = sum(answered) / len(answered) if answered else 0.0
+    return 0.5 * own + 0.5 * done
+
+
+RewardTerm = Callable[[NodeFacts], float]
+
+
+def make_terms(alpha: float, beta: float, kappa: float, defect_penalty: float) -> dict[str, RewardTerm]:
+    """The registry of reward terms with their parameters bound."""
+    return {
+        "performance": lambda f: beta_lcb(f.leaf_scores, alpha, beta, kappa),
+        "cost": lambda f: normalised_cost(f.leaf_costs, f.tree_mean_cost),
+        "completeness": lambda f: completeness(f.n_defects, f.leaf_answered, defect_penalty),
+    }
+
+
+def total_reward(performance: float, cost: float, complete: float, w_perf: float, w_cost: float, w_complete: float) -> float:
+    """The joint objective: performance and completeness add, cost subtracts."""
+    return w_perf * performance - w_cost * cost + w_complete * complete

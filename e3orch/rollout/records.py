@@ -1,0 +1,144 @@
+"""Record types of the rollout boundary: decision nodes and leaves, with their pandera schemas.
+
+One row per decision node (``nodes.parquet``) and one per leaf (``leaves.parquet``). The scoring
+stage adds reward columns to the node table (``scored.parquet``), validated by its own schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandera.polars as pa
+import polars as pl
+
+KINDS = ["milestone", "plan"]
+
+
+@dataclass
+class DecisionNode:
+    node_id: str
+    tree_id: str
+    task_id: str
+    benchmark: str
+    parent_id: str          # "" for the first decision of a tree
+    kind: str               # milestone | plan
+    depth: int              # decisions before this one on its path
+    sibling_index: int
+    n_siblings: int         # children sampled at this decision point (1 = no branching)
+    prompt: str
+    completion: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finished: bool          # the completion ended with EOS
+    defects: list[str]      # defect codes of this decision (parser/validator, budget)
+    n_calls: int = 0        # executor calls this decision caused (plan nodes)
+    cost: float = 0.0       # their cost
+    leaves: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Leaf:
+    leaf_id: str
+    tree_id: str
+    task_id: str
+    benchmark: str
+    node_path: list[str]    # decision nodes root → leaf
+    correct: bool
+    score: float
+    cost: float
+    makespan_s: float
+    n_calls_path: int       # executor calls on the path (what an independent rollout would run)
+    budget_failure: str
+    answer: str
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NODE_SCHEMA = pa.DataFrameSchema(
+    {
+        "node_id": pa.Column(pl.Utf8, unique=True),
+        "tree_id": pa.Column(pl.Utf8),
+        "task_id": pa.Column(pl.Utf8),
+        "benchmark": pa.Column(pl.Utf8),
+        "parent_id": pa.Column(pl.Utf8),
+        "kind": pa.Column(pl.Utf8, pa.Check.isin(KINDS)),
+        "depth": pa.Column(pl.Int64, pa.Check.ge(0)),
+        "sibling_index": pa.Column(pl.Int64, pa.Check.ge(0)),
+        "n_siblings": pa.Column(pl.Int64, pa.Check.ge(1)),
+        "prompt": pa.Column(pl.Utf8),
+        "completion": pa.Column(pl.Utf8),
+        "token_ids": pa.Column(pl.List(pl.Int64)),
+        "logprobs": pa.Column(pl.List(pl.Float64)),
+        "finished": pa.Column(pl.Boolean),
+        "defects": pa.Column(pl.List(pl.Utf8)),
+        "n_calls": pa.Column(pl.Int64, pa.Check.ge(0)),
+        "cost": pa.Column(pl.Float64, pa.Check.ge(0)),
+        "leaves": pa.Column(pl.List(pl.Utf8)),
+    },
+    strict=True,
+    name="DecisionNodes",
+)
+
+LEAF_SCHEMA = pa.DataFrameSchema(
+    {
+        "leaf_id": pa.Column(pl.Utf8, unique=True),
+        "tree_id": pa.Column(pl.Utf8),
+        "task_id": pa.Column(pl.Utf8),
+        "benchmark": pa.Column(pl.Utf8),
+        "node_path": pa.Column(pl.List(pl.Utf8)),
+        "correct": pa.Column(pl.Boolean),
+        "score": pa.Column(pl.Float64, pa.Check.in_range(0.0, 1.0)),
+        "cost": pa.Column(pl.Float64, pa.Check.ge(0)),
+        "makespan_s": pa.Column(pl.Float64, pa.Check.ge(0)),
+        "n_calls_path": pa.Column(pl.Int64, pa.Check.ge(0)),
+        "budget_failure": pa.Column(pl.Utf8),
+        "answer": pa.Column(pl.Utf8),
+    },
+    strict=True,
+    name="Leaves",
+)
+
+SCORED_SCHEMA = NODE_SCHEMA.add_columns(
+    {
+        "n_leaves": pa.Column(pl.Int64, pa.Check.ge(1)),
+        "performance": pa.Column(pl.Float64),
+        "cost_norm": pa.Column(pl.Float64, pa.Check.ge(0)),
+        "completeness": pa.Column(pl.Float64, pa.Check.in_range(0.0, 1.0)),
+        "reward": pa.Column(pl.Float64),
+        "advantage": pa.Column(pl.Float64),
+    }
+)
+SCORED_SCHEMA.name = "ScoredNodes"
+
+_NODE_DTYPES = {name: col.dtype.type for name, col in NODE_SCHEMA.columns.items()}
+_LEAF_DTYPES = {name: col.dtype.type for name, col in LEAF_SCHEMA.columns.items()}
+
+
+def nodes_frame(nodes: list[DecisionNode]) -> pl.DataFrame:
+    df = pl.DataFrame([n.row() for n in nodes], schema=_NODE_DTYPES)
+    return NODE_SCHEMA.validate(df, lazy=True)
+
+
+def leaves_frame(leaves: list[Leaf]) -> pl.DataFrame:
+    df = pl.DataFrame([x.row() for x in leaves], schema=_LEAF_DTYPES)
+    return LEAF_SCHEMA.validate(df, lazy=True)
+
+
+def write_validated(df: pl.DataFrame, schema: pa.DataFrameSchema, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    schema.validate(df, lazy=True).write_parquet(p)
+    return p
+
+
+def read_validated(path: str | Path, schema: pa.DataFrameSchema) -> pl.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not found (run the stage that writes it first)")
+    return schema.validate(pl.read_parquet(p), lazy=True)

@@ -1,0 +1,206 @@
+"""Tree-structured rollouts with shared execution histories.
+
+For every task a tree grows from one root episode state. At each decision (milestone or plan)
+a path may branch: ``k`` completions are sampled from the *same* prompt, and each child
+continues from a fork of its parent's state. The parent's history was executed once; forking
+copies its records, not its executions, so shared prefixes are never re-run. Branching is
+allowed while a path has made fewer than ``branch_depth`` decisions and the tree has room under
+``leaf_budget`` (every path ends in exactly one leaf).
+
+The loop is phased across all trees of a batch: (1) one batched generation call for every
+pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
+(asyncio) on the DAG scheduler. Every decision becomes a :class:`DecisionNode`, every finished
+path a :class:`Leaf`.
+
+What this module deliberately does not do: compute rewards (rewards/ does), or update weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from e3orch.config import EngineConfig, RolloutConfig
+from e3orch.data.sim import stable_seed
+from e3orch.data.tasks import Task
+from e3orch.executors.base import ExecutorSpec, Pool, build_pool
+from e3orch.orchestration.episode import EpisodeState
+from e3orch.policy.backends.base import Generation, PolicyBackend
+from e3orch.policy.pools import randomize_pool
+from e3orch.policy.prompts import render_prompt
+from e3orch.rollout.records import DecisionNode, Leaf
+
+
+@dataclass
+class _Path:
+    state: EpisodeState
+    pool: Pool
+    tree: _Tree
+    node_path: list[str] = field(default_factory=list)
+    calls: int = 0
+
+
+@dataclass
+class _Tree:
+    tree_id: str
+    task: Task
+    specs: list[ExecutorSpec]
+    paths: int = 1
+    nodes: int = 0
+
+
+@dataclass
+class RolloutResult:
+    nodes: list[DecisionNode]
+    leaves: list[Leaf]
+    trees: dict[str, list[dict[str, Any]]]  # tree_id -> pool cards (what the policy saw)
+    generate_s: float = 0.0
+    execute_s: float = 0.0
+    generated_tokens: int = 0
+    generate_calls: int = 0
+
+    @property
+    def calls_tree(self) -> int:
+        return sum(n.n_calls for n in self.nodes)
+
+    @property
+    def calls_independent(self) -> int:
+        return sum(leaf.n_calls_path for leaf in self.leaves)
+
+    def sharing(self) -> dict[str, float]:
+        n = max(1, len(self.leaves))
+        tree, indep = self.calls_tree / n, self.calls_independent / n
+        return {"calls_per_leaf_tree": tree, "calls_per_leaf_independent": indep,
+                "sharing_ratio": tree / indep if indep else 1.0}
+
+
+class TreeRollout:
+    def __init__(
+        self,
+        backend: PolicyBackend,
+        engine: EngineConfig,
+        cfg: RolloutConfig,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: dict[str, int] | None = None,
+        max_prompt_tokens: int = 1024,
+    ) -> None:
+        self.backend = backend
+        self.engine = engine
+        self.cfg = cfg
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_new_tokens = max_new_tokens or {"milestone": 24, "plan": 160}
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def branching(self, path: _Path, kind: str) -> int:
+        k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
+        if len(path.node_path) >= self.cfg.branch_depth:  # decisions already made on this path
+            return 1
+        room = self.cfg.leaf_budget - path.tree.paths
+        return max(1, min(k, room + 1))
+
+    def run(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0) -> RolloutResult:
+        return asyncio.run(self.arun(tasks, specs, round_id=round_id, seed=seed))
+
+    async def arun(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0) -> RolloutResult:
+        import time
+
+        result = RolloutResult([], [], {})
+        active: list[_Path] = []
+        for task in tasks:
+            rng = random.Random(stable_seed("pool", seed, round_id, task.task_id))
+            task_specs = randomize_pool(specs, rng) if self.cfg.randomize_pool else list(specs)
+            pool = build_pool(task_specs)
+            tree = _Tree(f"r{round_id}:{task.task_id}", task, task_specs)
+            result.trees[tree.tree_id] = [s.model_dump(include={"name", "description", "price", "latency"}) for s in task_specs]
+            state = EpisodeState.start(task, pool, self.engine, seed=stable_seed(seed, round_id, task.task_id))
+            active.append(_Path(state, pool, tree))
+
+        step = 0
+        while active:
+            step += 1
+            # (1) one generation call per decision kind across the frontier of all trees
+            t0 = time.perf_counter()
+            children: list[tuple[_Path, DecisionNode, str]] = []
+            for kind in ("milestone", "plan"):
+                group = [p for p in active if p.state.needs == kind]
+                if not group:
+                    continue
+                ks = []
+                for p in group:  # reserve leaves as we go: several paths of one tree may branch now
+                    ks.append(self.branching(p, kind))
+                    p.tree.paths += ks[-1] - 1
+                prompts = [render_prompt(p.state.observation(), kind, count_tokens=self.backend.count_tokens,
+                                         max_tokens=self.max_prompt_tokens) for p in group]
+                flat = [pr for pr, k in zip(prompts, ks) for _ in range(k)]
+                gens = await asyncio.to_thread(
+                    self.backend.generate, flat, n=1, temperature=self.temperature, top_p=self.top_p,
+                    max_new_tokens=self.max_new_tokens[kind], seed=stable_seed(seed, round_id, step, kind) % (2**31),
+                )
+                result.generate_calls += 1
+                i = 0
+                for path, prompt, k in zip(group, prompts, ks):
+                    parent = path.node_path[-1] if path.node_path else ""
+                    for j in range(k):
+                        g: Generation = gens[i][0]
+                        i += 1
+                        result.generated_tokens += len(g.token_ids)
+                        child = path if k == 1 else _Path(path.state.fork(f"{step}.{j}"), path.pool, path.tree,
+                                                          list(path.node_path), path.calls)
+                        node = DecisionNode(
+                            node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
+                            task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,
+                            kind=kind, depth=len(path.node_path), sibling_index=j, n_siblings=k, prompt=prompt,
+                            completion=g.text, token_ids=list(g.token_ids), logprobs=[float(x) for x in g.logprobs],
+                            finished=g.finished, defects=[],
+                        )
+                        path.tree.nodes += 1
+                        child.node_path.append(node.node_id)
+                        result.nodes.append(node)
+                        children.append((child, node, kind))
+            result.generate_s += time.perf_counter() - t0
+
+            # (2) apply decisions; execute every plan of every tree concurrently
+            t0 = time.perf_counter()
+
+            async def apply(child: _Path, node: DecisionNode, kind: str) -> None:
+                before = len(child.state.defects)
+                if kind == "milestone":
+                    child.state.apply_milestone(node.completion)
+                else:
+                    plan = child.state.apply_plan(node.completion)
+                    rec = await child.state.act(plan, child.pool, node.completion)
+                    node.n_calls = len(rec.results)
+                    node.cost = rec.cost
+                    child.calls += node.n_calls
+                node.defects = [d.code for d in child.state.defects[before:]]
+
+            await asyncio.gather(*(apply(c, n, k) for c, n, k in children))
+            result.execute_s += time.perf_counter() - t0
+
+            active = []
+            for child, _, _ in children:
+                if child.state.finished:
+                    result.leaves.append(self._leaf(child, len(result.leaves)))
+                else:
+                    active.append(child)
+
+        by_id = {n.node_id: n for n in result.nodes}
+        for leaf in result.leaves:
+            for nid in leaf.node_path:
+                by_id[nid].leaves.append(leaf.leaf_id)
+        return result
+
+    def _leaf(self, path: _Path, index: int) -> Leaf:
+        ep = path.state.finish("policy")
+        return Leaf(
+            leaf_id=f"{path.tree.tree_id}@{index}", tree_id=path.tree.tree_id, task_id=ep.task_id,
+            benchmark=ep.benchmark, node_path=list(path.node_path), correct=ep.correct, score=float(ep.score),
+            cost=float(ep.cost), makespan_s=float(ep.makespan_s), n_calls_path=path.calls,
+            budget_failure=ep.budget_failure or "", answer=ep.answer[:500],
+        )

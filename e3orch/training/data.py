@@ -1,0 +1,107 @@
+"""Tokenised (prompt, completion) examples and length-bucketed batches for the trainers.
+
+Only completion tokens carry loss; the prompt is context. Batches group examples of similar
+length (less padding) and are right-padded; ``completion_mask`` marks the loss positions.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Example:
+    prompt_ids: list[int]
+    completion_ids: list[int]         # including EOS
+    advantage: float = 0.0
+    old_logprobs: list[float] = field(default_factory=list)
+    weight: float = 1.0               # per-example loss weight (e.g. 1/decisions of its rollout)
+    group: str = ""                   # rollout/tree id (for per-rollout averaging)
+
+
+def encode_pair(tokenizer: Any, prompt: str, completion: str, max_len: int) -> Example | None:
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    if len(c) >= max_len:
+        return None
+    if len(p) + len(c) > max_len:
+        p = p[len(p) + len(c) - max_len :]  # keep the end of the prompt (the decision asked for)
+    return Example(p, c)
+
+
+def make_batches(examples: Sequence[Example], tokens_per_batch: int, rng: random.Random) -> list[list[Example]]:
+    """Length-bucketed batches of at most ``tokens_per_batch`` padded tokens, in random order."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt_ids) + len(examples[i].completion_ids))
+    batches: list[list[Example]] = []
+    cur: list[Example] = []
+    width = 0
+    for i in order:
+        ex = examples[i]
+        n = len(ex.prompt_ids) + len(ex.completion_ids)
+        if cur and max(width, n) * (len(cur) + 1) > tokens_per_batch:
+            batches.append(cur)
+            cur, width = [], 0
+        cur.append(ex)
+        width = max(width, n)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-padded ``input_ids``/``attention_mask``/``position_ids`` [B, T] plus the completion frame.
+
+    Left padding makes every sequence end at column T-1, so the completions all sit in the last
+    ``K`` = longest-completion columns. ``completion_mask`` and ``old_logprobs`` are [B, K]
+    in that frame, and the model only has to compute logits for those columns.
+    """
+    width = max(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
+    k = max(len(e.completion_ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    cmask = torch.zeros((len(batch), k), dtype=torch.float32)
+    old = torch.zeros((len(batch), k), dtype=torch.float32)
+    for b, e in enumerate(batch):
+        seq = e.prompt_ids + e.completion_ids
+        ids[b, width - len(seq):] = torch.tensor(seq)
+        attn[b, width - len(seq):] = 1
+        c = len(e.completion_ids)
+        cmask[b, k - c:] = 1.0
+        if e.old_logprobs:
+            lp = e.old_logprobs[:c]
+            old[b, k - len(lp):] = torch.tensor(lp)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "position_ids": pos,
+        "completion_mask": cmask,
+        "old_logprobs": old,
+        "advantage": torch.tensor([e.advantage for e in batch], dtype=torch.float32),
+        "weight": torch.tensor([e.weight for e in batch], dtype=torch.float32),
+    }
+
+
+def completion_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Log-probs of the completion-frame tokens under ``model``: [B, K].
+
+    Only the last K+1 positions get logits (``logits_to_keep``): computing the vocabulary
+    projection for prompt tokens would be wasted work, since the loss never reads it.
+    """
+    k = batch["completion_mask"].shape[1]
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        logits_to_keep=k + 1,
+    )
+    logits = out.logits[:, :-1].float()  # positions T-K-1 .. T-2 predict tokens T-K .. T-1
+    targets = batch["input_ids"][:, -k:]
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,87 @@
+"""Demonstrations from the hand-written orchestrators, recorded as (prompt, completion) pairs.
+
+Teachers are mixed per task (``heuristic``, ``sequential``, ``upfront``, ``random``,
+``single:<executor>``) and every task gets its own randomised pool, so the warm-start policy
+starts diverse and reads cards rather than copying one rule or memorising names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from e3orch.config import EngineConfig
+from e3orch.data.sim import stable_seed
+from e3orch.data.tasks import Task
+from e3orch.executors.base import ExecutorSpec, build_pool
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
+from e3orch.orchestration.handwritten import make_handwritten
+from e3orch.orchestration.types import Episode
+from e3orch.policy.pools import randomize_pool
+from e3orch.policy.prompts import render_prompt
+
+DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.5, "sequential": 0.15, "upfront": 0.15, "random": 0.1, "single": 0.1}
+
+
+@dataclass(frozen=True)
+class Demo:
+    task_id: str
+    teacher: str
+    kind: str
+    prompt: str
+    completion: str
+    correct: bool = False
+    cost: float = 0.0
+
+
+class Recorder(Orchestrator):
+    """Wraps a teacher and records what it was shown (rendered as a policy prompt) and said."""
+
+    def __init__(self, inner: Orchestrator) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.records: list[tuple[str, str, str]] = []
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        text = await self.inner.decide(obs, kind)
+        self.records.append((kind, render_prompt(obs, kind), text))
+        return text
+
+
+def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]) -> str:
+    kinds, weights = zip(*mix.items())
+    t = rng.choices(kinds, weights=weights)[0]
+    return f"single:{rng.choice(list(names))}" if t == "single" else t
+
+
+async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine: EngineConfig, seed: int,
+                   mix: dict[str, float], randomize: bool) -> tuple[list[Demo], list[Episode]]:
+    demos: list[Demo] = []
+    episodes: list[Episode] = []
+
+    async def one(task: Task) -> None:
+        rng = random.Random(stable_seed("demo", seed, task.task_id))
+        task_specs = randomize_pool(specs, rng) if randomize else list(specs)
+        pool = build_pool(task_specs)
+        teacher = pick_teacher(rng, pool.names, mix)
+        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed))
+        ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id))
+        episodes.append(ep)
+        demos.extend(Demo(task.task_id, teacher, k, p, c, ep.correct, ep.cost) for k, p, c in rec.records)
+
+    await asyncio.gather(*(one(t) for t in tasks))
+    return demos, episodes
+
+
+def collect_demonstrations(
+    tasks: Sequence[Task],
+    specs: Sequence[ExecutorSpec],
+    engine: EngineConfig,
+    *,
+    seed: int = 0,
+    mix: dict[str, float] | None = None,
+    randomize: bool = True,
+) -> tuple[list[Demo], list[Episode]]:
+    return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize))

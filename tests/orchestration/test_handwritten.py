@@ -1,0 +1,202 @@
+"""Hand-written orchestrators: card reading, task-text parsing, and the shape of their decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from e3orch.config import EngineConfig
+from e3orch.data.sim import DOMAINS, generate_split
+from e3orch.data.tasks import Task
+from e3orch.executors.base import Pool, build_pool, load_pool_specs
+from e3orch.executors.simulated import parse_values
+from e3orch.orchestration.episode import run_episode
+from e3orch.orchestration.handwritten import (
+    HANDWRITTEN,
+    Router,
+    card_levels,
+    make_handwritten,
+    parse_parts,
+)
+from e3orch.orchestration.types import Episode
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "configs" / "executors" / "default.yaml"
+TRANSFER = REPO / "configs" / "executors" / "transfer.yaml"
+CFG = EngineConfig()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Pool:
+    return build_pool(DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    return generate_split(0, "train", 40) + generate_split(0, "eval", 20)
+
+
+def levels(path: Path) -> dict[str, dict[str, int]]:
+    return {s.name: card_levels(s) for s in load_pool_specs(path)}
+
+
+def lv(retrieve: int, compute: int, code: int, reason: int) -> dict[str, int]:
+    return {"retrieve": retrieve, "compute": compute, "code": code, "reason": reason}
+
+
+# -- cards ------------------------------------------------------------------------------------
+
+
+def test_card_levels_default_pool() -> None:
+    got = levels(DEFAULT)
+    assert got["frontier-llm"] == lv(3, 3, 3, 3)   # "strongest at every skill"
+    assert got["mid-llm"] == lv(2, 2, 2, 2)        # "good at retrieve, compute, code and reason"
+    assert got["small-llm"] == lv(1, 1, 0, 0)      # "fair at retrieve and compute, weak at code and reason"
+    assert got["code-llm"] == lv(0, 2, 3, 0)
+    assert got["reasoner"] == lv(0, 2, 0, 3)
+    assert got["calculator"] == lv(0, 3, 0, 0)     # "exact at compute …; useless for anything else"
+    assert got["web-search"] == lv(2, 0, 0, 0)
+
+
+def test_card_levels_transfer_pool() -> None:
+    got = levels(TRANSFER)
+    assert got["atlas-xl"] == lv(3, 3, 3, 3)
+    assert got["nimbus-mini"] == lv(2, 1, 0, 1)
+    assert got["quanta-math"] == lv(0, 3, 2, 2)
+    assert got["forge-coder"] == lv(0, 1, 3, 0)
+    assert got["sage-reasoner"] == lv(0, 2, 0, 3)  # "reason and logic"
+    assert got["abacus"] == lv(0, 3, 0, 0)         # "exact at calculation"
+    assert got["doc-retriever"] == lv(2, 0, 0, 0)  # "good at lookup"
+
+
+def test_card_levels_read_only_the_card_not_the_hidden_profile() -> None:
+    spec = load_pool_specs(DEFAULT)[0]
+    twin = spec.model_copy(update={"skills": {"retrieve": 0.0, "compute": 0.0, "code": 0.0, "reason": 0.0}})
+    assert card_levels(twin) == card_levels(spec)
+
+
+def test_router_on_the_default_pool(pool: Pool) -> None:
+    r = Router(tuple(pool.specs))
+    assert r.cheapest_good_enough("compute", 0) == "calculator"
+    assert r.cheapest_good_enough("retrieve", 1) == "web-search"
+    assert r.cheapest_good_enough("retrieve", 2) == "frontier-llm"  # hard: needs a "strong" card
+    assert r.cheapest_good_enough("code", 1) == "mid-llm"
+    assert r.cheapest_good_enough("code", 2) == "code-llm"
+    assert r.cheapest_good_enough("reason", 2) == "reasoner"
+    assert r.strongest("retrieve") == "frontier-llm"
+    assert r.strongest("compute") == "calculator"
+
+
+# -- reading the task text --------------------------------------------------------------------
+
+
+def test_parse_parts_on_a_hand_written_question() -> None:
+    q = ("A table analysis task.\n"
+         "P1: (quick) Look up the population of Elmsworth.\n"
+         "P2: (tricky) Find the altitude of Mount Teller.\n"
+         "P3: (standard) Calculate the ratio of the two figures, using P1 and P2.\n"
+         "P4: (hard) Write and test a function that sorts the entries by date, using P3.\n"
+         "Final answer: the result of P4.")
+    parts, sink = parse_parts(q)
+    assert sink == "P4"
+    assert [(p.id, p.skill, p.difficulty, p.deps) for p in parts] == [
+        ("P1", "retrieve", 0, ()),
+        ("P2", "retrieve", 2, ()),
+        ("P3", "compute", 1, ("P1", "P2")),
+        ("P4", "code", 2, ("P3",)),
+    ]
+    assert parse_parts("What is 2 + 2?") == ([], None)
+
+
+def test_parse_parts_recovers_skills_deps_and_sink_of_generated_tasks(tasks: list[Task]) -> None:
+    assert {t.domain for t in tasks} == set(DOMAINS)
+    for t in tasks:
+        parts, sink = parse_parts(t.question)
+        assert [(p.id, p.skill, p.deps) for p in parts] == [(r.id, r.skill, r.deps) for r in t.requirements], t.task_id
+        assert sink == t.sinks[0]
+
+
+def test_parse_parts_recovers_difficulty_of_generated_tasks(tasks: list[Task]) -> None:
+    for t in tasks:
+        parts, _ = parse_parts(t.question)
+        assert [p.difficulty for p in parts] == [r.difficulty for r in t.requirements], t.task_id
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+def play(name: str, task: Task, pool: Pool, seed: int = 5) -> Episode:
+    return asyncio.run(run_episode(task, make_handwritten(name, pool.names, seed=seed), pool, CFG, seed=seed))
+
+
+def one_per_domain(tasks: list[Task], k: int = 3) -> list[Task]:
+    return [t for d in DOMAINS for t in [x for x in tasks if x.domain == d][:k]]
+
+
+def test_upfront_emits_one_plan_with_deps_wired(tasks: list[Task], pool: Pool) -> None:
+    for t in one_per_domain(tasks):
+        ep = play("upfront", t, pool)
+        assert len(ep.milestones) == 1 and not ep.defects
+        plan = ep.milestones[0].plan
+        assert len(plan.subtasks) == len(t.requirements)
+        sid_of = {r.id: f"S{i + 1}" for i, r in enumerate(t.requirements)}
+        for sub, req in zip(plan.subtasks, t.requirements):
+            assert sub.id == sid_of[req.id]
+            assert sub.instruction == f"Solve {req.id}."
+            assert sub.deps == tuple(sid_of[d] for d in req.deps)
+        sink_out = parse_values(ep.milestones[0].results[-1].output)
+        assert ep.answer == sink_out.get(t.sinks[0], "")
+
+
+def test_sequential_emits_one_subtask_per_milestone(tasks: list[Task], pool: Pool) -> None:
+    for t in one_per_domain(tasks):
+        ep = play("sequential", t, pool)
+        assert ep.milestones and all(len(m.plan.subtasks) == 1 for m in ep.milestones)
+        assert ep.makespan_s == pytest.approx(ep.serial_latency_s)
+        assert ep.budget_failure is None
+
+
+def test_heuristic_runs_ready_parts_in_parallel(tasks: list[Task], pool: Pool) -> None:
+    for t in [x for x in tasks if x.domain in ("factcheck", "research", "table")][:12]:
+        ep = play("heuristic", t, pool)
+        first = ep.milestones[0]
+        roots = [r.id for r in t.requirements if not r.deps]
+        assert [s.instruction for s in first.plan.subtasks] == [f"Solve {p}." for p in roots]
+        assert all(not s.deps for s in first.plan.subtasks)
+        assert ep.makespan_s < ep.serial_latency_s
+        assert ep.budget_failure is None and not ep.defects
+
+
+@pytest.mark.parametrize("executor", ["mid-llm", "calculator", "frontier-llm"])
+def test_single_uses_only_its_executor(tasks: list[Task], pool: Pool, executor: str) -> None:
+    for t in one_per_domain(tasks, 2):
+        ep = play(f"single:{executor}", t, pool)
+        used = {s.executor for m in ep.milestones for s in m.plan.subtasks}
+        assert used == {executor}
+        assert {r.executor for m in ep.milestones for r in m.results} == {executor}
+
+
+def test_random_is_seeded(tasks: list[Task], pool: Pool) -> None:
+    t = tasks[0]
+    a, b = play("random", t, pool, seed=1), play("random", t, pool, seed=1)
+    assert a.to_dict() == b.to_dict()
+
+
+def test_every_handwritten_orchestrator_ends_with_an_answer(tasks: list[Task], pool: Pool) -> None:
+    for name in (*HANDWRITTEN, "single:mid-llm"):
+        for t in one_per_domain(tasks, 1):
+            ep = play(name, t, pool)
+            assert ep.budget_failure is None, (name, t.task_id)
+            assert not [d for d in ep.defects if d.code not in ("oversized_plan",)], (name, ep.defects)
+
+
+def test_unknown_orchestrator_names_are_value_errors(pool: Pool) -> None:
+    with pytest.raises(ValueError, match="unknown orchestrator 'clever'"):
+        make_handwritten("clever", pool.names)
+    with pytest.raises(ValueError, match="no executor 'gpt-99' in the pool"):
+        make_handwritten("single:gpt-99", pool.names)
+    assert make_handwritten("single:mid-llm", pool.names).name == "single:mid-llm"
+    for name in HANDWRITTEN:
+        assert make_handwritten(name, pool.names).name == name
