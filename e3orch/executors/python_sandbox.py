@@ -79,9 +79,19 @@ class PythonSandboxExecutor(Executor):
         unknown = set(opts) - set(_OPTION_DEFAULTS)
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)} for kind python; known: {sorted(_OPTION_DEFAULTS)}")
-        self.limits: dict[str, Any] = {k: opts.get(k, v) for k, v in _OPTION_DEFAULTS.items()}
-        if float(self.limits["timeout_s"]) <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.limits['timeout_s']}")
+        o = {**_OPTION_DEFAULTS, **opts}
+        try:
+            self.limits: dict[str, Any] = {
+                "timeout_s": float(o["timeout_s"]),
+                "cpu_s": None if o["cpu_s"] is None else float(o["cpu_s"]),
+                "memory_mb": int(o["memory_mb"]),
+                "max_procs": int(o["max_procs"]),
+                "max_output_bytes": int(o["max_output_bytes"]),
+            }
+        except (TypeError, ValueError):
+            raise ValueError(f"python executor options must be numbers, got {opts}") from None
+        if self.limits["timeout_s"] <= 0 or self.limits["memory_mb"] < 32 or self.limits["max_procs"] < 1:
+            raise ValueError("timeout_s must be > 0, memory_mb >= 32 and max_procs >= 1")
 
     async def run(self, request: SubtaskRequest) -> ExecutionResult:
         code = with_deps(extract_code(request.instruction), dict(request.context))
@@ -89,8 +99,8 @@ class PythonSandboxExecutor(Executor):
         try:
             # A thread per call: the sandbox blocks on its subprocess, and calls may overlap.
             res = await asyncio.to_thread(run_python, code, **self.limits)
-        except (OSError, ValueError) as exc:  # could not start the sandbox at all
-            log.warning("python executor %s: sandbox failed to start: %s", self.name, exc)
+        except Exception as exc:  # could not start the sandbox at all: a failed call, never a crash
+            log.exception("python executor %s: sandbox failed to start", self.name)
             return self.failure(request, f"sandbox error: {type(exc).__name__}: {exc}", time.perf_counter() - t0)
         latency = time.perf_counter() - t0
         n_in, n_out = estimate_tokens(code), estimate_tokens(res.stdout + res.stderr)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import resource
@@ -323,7 +324,10 @@ def _rmtree(path: str) -> None:
         except OSError:
             pass
 
-    shutil.rmtree(path, onerror=_fix)
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=_fix)
+    else:
+        shutil.rmtree(path, onerror=_fix)
 
 
 def _safe_relpath(name: str) -> str:
@@ -374,11 +378,13 @@ def run_python(
         raise ValueError("max_procs and max_output_bytes must be positive")
     files = {_safe_relpath(k): v for k, v in (extra_files or {}).items()}
     caps = capabilities()
-    cpu_limit = int(cpu_s if cpu_s is not None else timeout_s + 1)
-    cpu_limit = max(cpu_limit, 1)
+    cpu_limit = max(1, math.ceil(cpu_s if cpu_s is not None else timeout_s + 1))
 
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="e3orch-sbx-"))
     uid: int | None = None
+    # The setup stage reports the code's exit status on this pipe; both ends are closed here,
+    # in the finally below, and nowhere else.
+    status_r, status_w = os.pipe()
     start = time.monotonic()
     try:
         os.chmod(workdir, 0o700)
@@ -414,7 +420,6 @@ def run_python(
             nproc = max_procs  # a fresh uid, or a fresh user namespace, counts only this call's tasks
         else:
             nproc = _tasks_of_uid(os.getuid()) + max_procs  # the limit counts all of this user's tasks
-        status_r, status_w = os.pipe()  # the setup stage reports the code's exit status here
         config = {
             "status_fd": status_w,
             "workdir": workdir,
@@ -451,10 +456,15 @@ def run_python(
             _kill_uid(uid)
             _release_uid(uid)
         _rmtree(workdir)
+        os.close(status_r)
+        os.close(status_w)
 
 
 def _read_status(fd: int) -> tuple[str | None, int | None]:
-    """Parse the setup stage's report: (setup error, exit code as Popen reports it)."""
+    """Parse the setup stage's report: (setup error, exit code as Popen reports it).
+
+    Read without blocking once the process has exited (our own write end is still open).
+    """
     os.set_blocking(fd, False)
     data = b""
     try:
@@ -504,7 +514,6 @@ def _supervise(
             close_fds=True,
             pass_fds=(status_fds[1],),
         )
-    os.close(status_fds[1])
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     streams = {out_fd: proc.stdout, err_fd: proc.stderr}
@@ -534,7 +543,10 @@ def _supervise(
             # Both pipes closed: wait (without reaping, so the process group id stays valid)
             # for the leader to exit; code may close its stdout and keep running.
             while True:
-                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                if hasattr(os, "waitid"):
+                    if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                        break
+                elif proc.poll() is not None:  # no waitid (not Linux): reaps, a negligible pgid-reuse risk
                     break
                 if time.monotonic() >= deadline:
                     timed_out = True
@@ -549,7 +561,6 @@ def _supervise(
         if uid is not None:
             _kill_uid(uid)
         setup_error, status_rc = _read_status(status_fds[0])
-        os.close(status_fds[0])
     wall_s = time.monotonic() - start
     rc = status_rc if status_rc is not None else proc.returncode
     stdout = bufs[out_fd].decode("utf-8", errors="replace")
@@ -590,7 +601,8 @@ def _supervise(
 
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def _libc() -> Any:
@@ -672,6 +684,31 @@ def _stage1_landlock(abi: int, workdir: str) -> None:
     os.close(ruleset)
 
 
+def _drop_capabilities(libc: Any) -> None:
+    """Drop every capability, for good (bounding set too, so exec cannot regain them).
+
+    Only used when the code has to run as uid 0 (no separate uid was possible): root without
+    capabilities cannot load modules, mount, or override file permissions.
+    """
+    import ctypes
+
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last_cap = int(f.read())
+    except OSError:
+        last_cap = 63
+    for cap in range(last_cap + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for caps this kernel lacks: fine
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    _check(libc.capset(ctypes.byref(Header(_LINUX_CAPABILITY_VERSION_3, 0)), (Data * 2)()), "capset")
+
+
 def _stage1_child(config: dict[str, Any], status_fd: int) -> None:
     """Drop privileges, confine, and exec the untrusted interpreter (never returns)."""
     try:
@@ -683,6 +720,8 @@ def _stage1_child(config: dict[str, Any], status_fd: int) -> None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
+        elif os.geteuid() == 0:
+            _drop_capabilities(libc)
         # Die with the supervising stage (set after the uid change, which would clear it).
         _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")

@@ -240,14 +240,18 @@ class RuleOrchestrator(Orchestrator):
         """A task without numbered parts (live benchmarks): one subtask, answer with its output."""
         done = [r for rec in obs.history for r in rec.results if r.ok]
         if kind == "milestone":
-            if done or obs.milestones_left <= 0:
+            if done or obs.milestones_left <= 0 or len(obs.history) >= self.max_attempts:
                 return render_answer(done[-1].id if done else "no answer")
             return render_milestone("Solve the task")
         router = Router(obs.cards)
         q = obs.question.lower()
-        skill = next((s for s, words in _SKILL_WORDS.items() if any(w in q for w in words)), "reason")
+        if "def " in obs.question and '"""' in obs.question:
+            skill, instruction = "code", "Complete this Python function; reply with the code only: {task}"
+        else:
+            skill = next((s for s, words in _SKILL_WORDS.items() if any(w in q for w in words)), "reason")
+            instruction = "Answer the question; end with the final answer: {task}"
         executor = self.only or (router.strongest(skill) if obs.history else router.cheapest_good_enough(skill, 1))
-        return render_plan([Subtask("S1", executor, obs.question)])
+        return render_plan([Subtask("S1", executor, instruction)])
 
 
 class UpfrontOrchestrator(RuleOrchestrator):

@@ -13,6 +13,8 @@ Three decisions, each a short block of text:
 
   fields: subtask id, executor name (from the cards), comma-separated dependency ids or ``-``,
   instruction. Independent subtasks run in parallel; a subtask receives its dependencies' outputs.
+  An instruction is one line; ``{task}`` in it stands for the task's full text (e.g. a
+  multi-line function to complete), expanded when the subtask runs.
 
 The parser never raises on model output. Whatever it cannot use becomes a :class:`Defect`
 (what the completeness reward penalises) and is dropped, so a partly broken plan still runs

@@ -42,6 +42,13 @@ class PlanRun:
     wall_s: float
 
 
+def expand_instruction(instruction: str, task: Any) -> str:
+    """``{task}`` in an instruction stands for the task's full text (plans stay one line each)."""
+    if task is not None and "{task}" in instruction:
+        return instruction.replace("{task}", "\n" + task.question)
+    return instruction
+
+
 def critical_path(plan: Plan, latency: Mapping[str, float]) -> float:
     """Length of the longest dependency path, using ``latency`` per subtask id (missing = 0)."""
     finish: dict[str, float] = {}
@@ -87,7 +94,7 @@ async def run_plan(
             req = SubtaskRequest(
                 task_id=getattr(task, "task_id", ""),
                 subtask_id=sid,
-                instruction=sub.instruction,
+                instruction=expand_instruction(sub.instruction, task),
                 context=tuple((r.id, r.output) for r in dep_results),
                 task=task,
                 state=state,

@@ -110,3 +110,14 @@ def test_missing_answers_file_is_one_line(tmp_path: Path, capsys: pytest.Capture
     rc = main(["grade", "--benchmark", "humaneval", "--answers", str(tmp_path / "none.jsonl"), "--json"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "answers file not found" in err
+
+
+def test_task_table_from_prepare_is_accepted_as_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from e3orch.data.live import load_benchmark
+    from e3orch.data.tasks import write_tasks
+
+    table = write_tasks(load_benchmark("gsm8k", _jsonl(tmp_path / "g.jsonl", [{"question": "1+1?", "answer": "#### 2"}])),
+                        tmp_path / "tasks.parquet")
+    answers = _jsonl(tmp_path / "a.jsonl", [{"task_id": "gsm8k/0", "answer": "2"}])
+    assert main(["grade", "--benchmark", "gsm8k", "--answers", str(answers), "--data", str(table), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"task_id": "gsm8k/0", "correct": True, "score": 1.0, "error": None}

@@ -188,6 +188,15 @@ def test_openai_executor_against_a_real_local_server(served_smollm2: tuple[str, 
     res = asyncio.run(call())
     assert res.ok, res.error
     assert "paris" in res.output.lower()
-    # usage comes from the server's real token counts, and cost follows the card's price
-    assert res.input_tokens > 10 and 1 <= res.output_tokens <= 12
+    # usage is the server's real token count (the chat-templated prompt, not a chars/4 estimate),
+    # and cost follows the card's price
+    from transformers import AutoTokenizer
+
+    from e3orch.executors.prompting import build_messages
+
+    tok = AutoTokenizer.from_pretrained(model)
+    messages = build_messages(SubtaskRequest("t", "s1", "What is the capital of France? Answer in one word."), None)
+    prompt_ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert res.input_tokens == len(prompt_ids)
+    assert 1 <= res.output_tokens <= 12
     assert res.cost == pytest.approx((res.input_tokens * 0.5 + res.output_tokens * 1.5) / 1000)

@@ -132,6 +132,36 @@ def test_bad_arguments_raise_value_error() -> None:
         run_python("pass", timeout_s=0)
 
 
+def test_setup_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = sandbox._interpreter()
+    monkeypatch.setattr(sandbox, "_interpreter_roots", lambda: [os.path.dirname(os.path.dirname(real))])
+    monkeypatch.setattr(sandbox, "_interpreter", lambda: real + "-missing")
+    res = run_python("print('never runs')")
+    assert not res.ok and res.stdout == ""
+    assert res.error is not None and res.error.startswith("sandbox setup failed: FileNotFoundError")
+
+
+def _open_pipes() -> set[str]:
+    # Pipes only: sockets and files of other tests' background threads come and go.
+    pipes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            pipes.add(f"{fd}->{target}")
+    return pipes
+
+
+def test_no_file_descriptors_leak() -> None:
+    run_python("pass")  # warm-up: the one-time capability probe
+    before = _open_pipes()
+    for code in ("print(1)", "while True: pass", "import sys; sys.stdout.write('x' * 10**6)"):
+        run_python(code, timeout_s=0.5, max_output_bytes=1000)
+    assert _open_pipes() == before
+
+
 def test_concurrent_runs_are_independent() -> None:
     out: dict[int, sandbox.SandboxResult] = {}
 

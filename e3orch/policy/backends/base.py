@@ -37,8 +37,10 @@ class PolicyBackend(abc.ABC):
         top_p: float = 1.0,
         max_new_tokens: int = 64,
         seed: int | None = None,
+        min_new_tokens: int = 0,
     ) -> list[list[Generation]]:
-        """``n`` completions per prompt (greedy when ``temperature`` is 0)."""
+        """``n`` completions per prompt (greedy when ``temperature`` is 0). ``min_new_tokens``
+        suppresses EOS until then (benchmarks use it to compare equal-length generations)."""
 
     @abc.abstractmethod
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:

@@ -94,6 +94,7 @@ class TransformersBackend(PolicyBackend):
         top_p: float = 1.0,
         max_new_tokens: int = 64,
         seed: int | None = None,
+        min_new_tokens: int = 0,
     ) -> list[list[Generation]]:
         with self._lock:
             if seed is not None:
@@ -114,7 +115,7 @@ class TransformersBackend(PolicyBackend):
                     input_ids[r, width - len(s):] = torch.tensor(s)
                     mask[r, width - len(s):] = 1
                 gen_kwargs: dict[str, Any] = dict(
-                    max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                    max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, pad_token_id=pad, eos_token_id=eos,
                     output_logits=True, return_dict_in_generate=True, use_cache=True,
                     # A preallocated cache: the default dynamic cache re-copies itself every step,
                     # which made batch 32-64 decoding several times slower on CPU.

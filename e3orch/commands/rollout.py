@@ -1,0 +1,28 @@
+"""``e3orch rollout``: tree-structured rollouts of a policy → nodes/leaves Parquet (DVC stage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_params_arg(p)
+    p.add_argument("--policy", default=None, help="policy checkpoint (default: warmstart.out_dir)")
+    p.add_argument("--executors", default=None, help="pool (default: evaluate.executors)")
+    p.add_argument("--out", default=None, help="output folder (default: rollout.out_dir)")
+    p.add_argument("--round", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from e3orch.executors.base import load_pool_specs
+    from e3orch.rollout.stage import rollout_stage
+
+    params = params_from(args)
+    specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
+    summary = rollout_stage(params, args.policy or params.warmstart.out_dir, sim_tasks(params, "train"), specs,
+                            args.out or params.rollout.out_dir, round_id=args.round)
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,32 @@
+"""``e3orch warmstart``: demonstrations of the hand-written orchestrators → SFT → models/warmstart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_params_arg(p)
+    p.add_argument("--executors", default=None, help="pool whose randomised variants the demos use (default: evaluate.executors)")
+    p.add_argument("--out", default=None, help="output folder (default: warmstart.out_dir)")
+    p.add_argument("--metrics", default="reports/warmstart.json", help="where to write the stage summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    from e3orch.executors.base import load_pool_specs
+    from e3orch.progress import step_progress
+    from e3orch.training.warmstart import warmstart
+
+    params = params_from(args)
+    specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
+    with step_progress("warm start (SFT)") as on_step:
+        out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
+    Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.metrics).write_text(json.dumps({**info, "losses": stats.losses}, indent=2) + "\n")
+    print(f"wrote {out}: {info['demonstrations']} demonstrations from {info['teacher_episodes']} teacher episodes, "
+          f"{stats.steps} steps, final loss {stats.final_loss:.3f}, {stats.seconds:.0f}s")
+    return 0

@@ -1,0 +1,46 @@
+"""Progress bars for long stages (rich, on stderr). Library code takes plain callbacks; this
+module turns them into bars at the edges, so nothing is printed per executor call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=Console(stderr=True))
+
+
+@contextmanager
+def step_progress(description: str) -> Iterator[Callable[[int, int, float], None]]:
+    """A bar driven by ``on_step(step, total, loss)``."""
+    with _progress() as progress:
+        bar = progress.add_task(description, total=None, info="")
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            progress.update(bar, completed=step, total=total, info=f"loss {loss:.3f}")
+
+        yield on_step
+
+
+@contextmanager
+def count_progress(description: str, total: int) -> Iterator[Callable[[str], None]]:
+    """A bar advanced by ``advance(info)`` once per unit of work."""
+    with _progress() as progress:
+        bar = progress.add_task(description, total=total, info="")
+
+        def advance(info: str = "") -> None:
+            progress.update(bar, advance=1, info=info)
+
+        yield advance

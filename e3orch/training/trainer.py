@@ -1,0 +1,346 @@
+"""The RL trainer: rounds of tree rollout → scoring → clipped policy-gradient update.
+
+One :func:`train_rl` runs single-process on CPU, multi-process on CPU (gloo, e.g.
+``torchrun --nproc_per_node 2`` or ``accelerate launch --multi_gpu --num_processes 2``) and on
+one or many GPUs (DDP/FSDP through Accelerate configs in ``configs/accelerate/``). Each process
+rolls out its own share of the round's tasks with the current weights, scores them, and the
+update all-reduces gradients; every process does the same number of optimizer steps.
+
+Weight sync: with the in-process ``transformers`` backend the rollout engine *is* the trainer's
+model (zero-copy). With ``vllm`` the weights are pushed to the server after each update.
+
+Checkpoints (model, optimizer, scheduler, RNG, round) are written after every round, so a killed
+run resumes and loses at most the round in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from e3orch.config import Params
+from e3orch.data.tasks import Task
+from e3orch.executors.base import ExecutorSpec
+from e3orch.rewards.score import score_nodes
+from e3orch.rollout.records import leaves_frame, nodes_frame
+from e3orch.rollout.tree import RolloutResult, TreeRollout
+from e3orch.training.data import Example, collate, completion_logprobs
+from e3orch.training.rl import clipped_pg_loss
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoundMetrics:
+    round: int
+    accuracy: float             # leaves that answered correctly
+    cost: float                 # mean leaf cost
+    reward: float
+    performance: float
+    cost_norm: float
+    completeness: float
+    defects_per_decision: float
+    kl: float
+    clip_frac: float
+    ratio_mean: float
+    pg_loss: float
+    n_decisions: int
+    n_leaves: int
+    sharing_ratio: float
+    generated_tokens: int
+    update_tokens: int
+    time_generate_s: float
+    time_execute_s: float
+    time_score_s: float
+    time_update_s: float
+    time_sync_s: float
+    completion_tokens_per_s: float = 0.0
+    update_tokens_per_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        return d
+
+
+def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int) -> list[Example]:
+    """Decisions → training examples (completion ids and old log-probs as sampled).
+
+    Weights make every tree count equally: each decision gets 1 / (decisions in its tree).
+    """
+    per_tree = scored.group_by("tree_id").len()
+    n_in_tree = dict(zip(per_tree["tree_id"].to_list(), per_tree["len"].to_list()))
+    out = []
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    for row in scored.iter_rows(named=True):
+        if not row["token_ids"]:
+            continue
+        p = bos + tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
+        c = list(row["token_ids"])
+        if len(c) >= max_len:
+            continue
+        p = p[max(0, len(p) + len(c) - max_len):]
+        out.append(Example(p, c, float(row["advantage"]), list(row["logprobs"]), 1.0 / n_in_tree[row["tree_id"]], row["tree_id"]))
+    return out
+
+
+def _split(examples: list[Example], parts: int, rng: random.Random) -> list[list[Example]]:
+    order = examples[:]
+    rng.shuffle(order)
+    return [order[i::parts] for i in range(parts)]
+
+
+class RLTrainer:
+    def __init__(self, params: Params, init_dir: str | Path, *, accelerator: Any = None) -> None:
+        from accelerate import Accelerator
+        from transformers import AutoModelForCausalLM
+
+        from e3orch.policy.backends.hf import load_tokenizer
+
+        self.params = params
+        self.cfg = params.train
+        self.init_dir = Path(init_dir)
+        if not (self.init_dir / "config.json").exists():
+            raise FileNotFoundError(f"{self.init_dir}: no warm-start policy (run `e3orch warmstart` first)")
+        cpu = not torch.cuda.is_available() or params.policy.device == "cpu"
+        self.acc = accelerator or Accelerator(cpu=cpu, gradient_accumulation_steps=self.cfg.grad_accum)
+        if params.policy.threads:
+            torch.set_num_threads(params.policy.threads)
+        torch.manual_seed(self.cfg.seed)
+        self.tokenizer = load_tokenizer(str(self.init_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(self.init_dir))
+        self.ref = None
+        if self.cfg.kl_coef > 0:
+            self.ref = AutoModelForCausalLM.from_pretrained(str(self.init_dir)).to(self.acc.device).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        self.model, self.opt, self.sched = self.acc.prepare(model, opt, sched)
+        self.backend = self._make_backend()
+        self.round = 0
+
+    # -- rollout engine ----------------------------------------------------------------------
+    def _make_backend(self) -> Any:
+        pc = self.params.policy
+        if pc.backend == "vllm":
+            from e3orch.policy.backends.vllm import VLLMBackend
+
+            return VLLMBackend(str(self.init_dir), base_url=pc.vllm_url, tokenizer=self.tokenizer)
+        from e3orch.policy.backends.hf import TransformersBackend
+
+        # zero-copy: the rollout engine generates with the very module being trained
+        return TransformersBackend(self.acc.unwrap_model(self.model), tokenizer=self.tokenizer,
+                                   batch_size=pc.batch_size, chat_template=False)
+
+    def sync_weights(self) -> float:
+        if self.params.policy.backend == "vllm":
+            return float(self.backend.update_weights(self.acc.unwrap_model(self.model)))
+        return 0.0
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @property
+    def ckpt(self) -> Path:
+        return Path(self.cfg.checkpoint_dir)
+
+    def resume(self) -> int:
+        meta = self.ckpt / "round.json"
+        if meta.exists():
+            info = json.loads(meta.read_text())
+            if info.get("init_dir") == str(self.init_dir):
+                self.acc.load_state(str(self.ckpt / "state"))
+                self.round = int(info["next_round"])
+                log.info("resumed from %s at round %d", self.ckpt, self.round)
+        return self.round
+
+    def save_checkpoint(self) -> None:
+        self.acc.wait_for_everyone()
+        self.acc.save_state(str(self.ckpt / "state"))
+        if self.acc.is_main_process:
+            tmp = self.ckpt / "round.json.tmp"
+            tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir)}))
+            tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
+
+    # -- one round ---------------------------------------------------------------------------
+    def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
+        pc = self.params.policy
+        engine = TreeRollout(
+            self.backend, self.params.engine, self.params.rollout,
+            temperature=pc.temperature, top_p=pc.top_p,
+            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
+            max_prompt_tokens=pc.max_prompt_tokens,
+        )
+        return engine.run(tasks, specs, round_id=self.round, seed=self.params.rollout.seed + self.acc.process_index)
+
+    def update(self, examples: list[Example]) -> dict[str, float]:
+        cfg = self.cfg
+        rng = random.Random(self.cfg.seed * 1000 + self.round)
+        stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "steps": 0.0}
+        pad = self.tokenizer.pad_token_id
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            for mb in _split(examples, cfg.minibatches, rng):
+                if not mb:  # keep collective calls aligned across processes: a zero-weight dummy step
+                    mb = [Example([pad], [pad], 0.0, [0.0], 0.0)]
+                total_w = sum(e.weight for e in mb) or 1.0
+                for e in mb:
+                    e.weight = e.weight / total_w
+                batch = {k: v.to(self.acc.device) for k, v in collate(mb, pad).items()}
+                with self.acc.accumulate(self.model):
+                    new_lp = completion_logprobs(self.model, batch)
+                    ref_lp = None
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref_lp = completion_logprobs(self.ref, batch)
+                    parts = clipped_pg_loss(
+                        new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],
+                        batch["weight"], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                    )
+                    self.acc.backward(parts.loss)
+                    if self.acc.sync_gradients:
+                        self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                    self.opt.step()
+                    self.sched.step()
+                    self.opt.zero_grad(set_to_none=True)
+                stats["kl"] += parts.kl
+                stats["clip_frac"] += parts.clip_frac
+                stats["ratio_mean"] += parts.ratio_mean
+                stats["pg_loss"] += parts.pg
+                stats["tokens"] += float(batch["attention_mask"].sum())
+                stats["steps"] += 1
+        self.model.eval()
+        n = max(1.0, stats["steps"])
+        return {k: (v / n if k not in ("tokens", "steps") else v) for k, v in stats.items()}
+
+    def run_round(self, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RoundMetrics:
+        rcfg = self.params.rollout
+        rng = random.Random(rcfg.seed * 7919 + self.round)
+        tasks = rng.sample(list(train_tasks), min(rcfg.tasks_per_round, len(train_tasks)))
+        mine = tasks[self.acc.process_index :: self.acc.num_processes]
+
+        res = self.rollout(mine, specs)
+        t = time.perf_counter()
+        scored = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), self.params.rewards)
+        t_score = time.perf_counter() - t
+        examples = examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len)
+        t = time.perf_counter()
+        up = self.update(examples)
+        t_update = time.perf_counter() - t
+        t_sync = self.sync_weights()
+        self.round += 1
+        leaves = res.leaves
+        n_leaves = max(1, len(leaves))
+        gen_tokens = res.generated_tokens
+        total_time = res.generate_s + res.execute_s + t_score + t_update + t_sync
+        return RoundMetrics(
+            round=self.round,
+            accuracy=sum(x.correct for x in leaves) / n_leaves,
+            cost=sum(x.cost for x in leaves) / n_leaves,
+            reward=float(scored["reward"].mean() or 0.0),
+            performance=float(scored["performance"].mean() or 0.0),
+            cost_norm=float(scored["cost_norm"].mean() or 0.0),
+            completeness=float(scored["completeness"].mean() or 0.0),
+            defects_per_decision=float(scored["defects"].list.len().mean() or 0.0),
+            kl=up["kl"], clip_frac=up["clip_frac"], ratio_mean=up["ratio_mean"], pg_loss=up["pg_loss"],
+            n_decisions=len(res.nodes), n_leaves=len(leaves), sharing_ratio=res.sharing()["sharing_ratio"],
+            generated_tokens=gen_tokens, update_tokens=int(up["tokens"]),
+            time_generate_s=res.generate_s, time_execute_s=res.execute_s, time_score_s=t_score,
+            time_update_s=t_update, time_sync_s=t_sync,
+            completion_tokens_per_s=gen_tokens / total_time if total_time > 0 else 0.0,
+            update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
+        )
+
+    def update_from_scored(self, path: str | Path) -> RoundMetrics:
+        """Round 1 from a scored rollout file written by the score stage (same warm-start weights)."""
+        from e3orch.rollout.records import SCORED_SCHEMA, read_validated
+
+        scored = read_validated(path, SCORED_SCHEMA)
+        trees = sorted(set(scored["tree_id"].to_list()))
+        mine = set(trees[self.acc.process_index :: self.acc.num_processes])
+        scored = scored.filter(pl.col("tree_id").is_in(list(mine)))
+        leaves_path = Path(path).with_name("leaves.parquet")
+        leaves = pl.read_parquet(leaves_path).filter(pl.col("tree_id").is_in(list(mine))) if leaves_path.exists() else None
+        t = time.perf_counter()
+        up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len))
+        t_update = time.perf_counter() - t
+        t_sync = self.sync_weights()
+        self.round += 1
+        n_leaves = len(leaves) if leaves is not None else 0
+        return RoundMetrics(
+            round=self.round,
+            accuracy=float(leaves["correct"].mean() or 0.0) if n_leaves else 0.0,
+            cost=float(leaves["cost"].mean() or 0.0) if n_leaves else 0.0,
+            reward=float(scored["reward"].mean() or 0.0), performance=float(scored["performance"].mean() or 0.0),
+            cost_norm=float(scored["cost_norm"].mean() or 0.0), completeness=float(scored["completeness"].mean() or 0.0),
+            defects_per_decision=float(scored["defects"].list.len().mean() or 0.0),
+            kl=up["kl"], clip_frac=up["clip_frac"], ratio_mean=up["ratio_mean"], pg_loss=up["pg_loss"],
+            n_decisions=len(scored), n_leaves=n_leaves, sharing_ratio=0.0,
+            generated_tokens=int(scored["token_ids"].list.len().sum() or 0), update_tokens=int(up["tokens"]),
+            time_generate_s=0.0, time_execute_s=0.0, time_score_s=0.0, time_update_s=t_update, time_sync_s=t_sync,
+            update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
+            extra={"source": str(path)},
+        )
+
+    def save_policy(self, out_dir: str | Path, name: str = "e3orch") -> Path:
+        out = Path(out_dir)
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            if out.exists():
+                shutil.rmtree(out)
+            out.mkdir(parents=True)
+            self.acc.unwrap_model(self.model).save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
+            meta_src = self.init_dir / "e3orch_policy.json"
+            meta = json.loads(meta_src.read_text()) if meta_src.exists() else {}
+            meta.update({"name": name, "rounds": self.round, "init": str(self.init_dir)})
+            (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+        self.acc.wait_for_everyone()
+        return out
+
+    def param_checksum(self) -> float:
+        with torch.no_grad():
+            return float(sum(p.double().sum() for p in self.acc.unwrap_model(self.model).parameters()))
+
+
+def train_rl(
+    params: Params,
+    train_tasks: Sequence[Task],
+    specs: Sequence[ExecutorSpec],
+    *,
+    init_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = True,
+    on_round: Callable[[RoundMetrics], None] | None = None,
+    first_scored: str | Path | None = None,
+) -> tuple[Path, list[RoundMetrics]]:
+    """Run ``train.rounds`` RL rounds from the warm start; write the policy to ``out_dir``.
+
+    ``first_scored``: scored decisions of the warm-start policy (the pipeline's rollout and score
+    stages); they are round 1's data instead of a fresh rollout.
+    """
+    trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
+    if resume:
+        trainer.resume()
+    history: list[RoundMetrics] = []
+    while trainer.round < params.train.rounds:
+        if trainer.round == 0 and first_scored is not None:
+            m = trainer.update_from_scored(first_scored)
+        else:
+            m = trainer.run_round(train_tasks, specs)
+        trainer.save_checkpoint()
+        history.append(m)
+        if on_round:
+            on_round(m)
+    out = trainer.save_policy(out_dir or params.train.out_dir)
+    return out, history
