@@ -14,6 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executors", default=None, help="pool (default: evaluate.executors)")
     p.add_argument("--out", default=None, help="output folder (default: rollout.out_dir)")
     p.add_argument("--round", type=int, default=0)
+    p.add_argument("--shard", default="0/1", help="I/N: run only shard I of N (e.g. 1/4)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,7 +23,11 @@ def run(args: argparse.Namespace) -> int:
 
     params = params_from(args)
     specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
+    try:
+        i, n = (int(x) for x in args.shard.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must look like I/N (e.g. 0/4), got {args.shard!r}") from None
     summary = rollout_stage(params, args.policy or params.warmstart.out_dir, sim_tasks(params, "train"), specs,
-                            args.out or params.rollout.out_dir, round_id=args.round)
+                            args.out or params.rollout.out_dir, round_id=args.round, shard=(i, n))
     print(json.dumps(summary, indent=2))
     return 0

@@ -23,7 +23,12 @@ from e3orch.rollout.records import (
 
 
 def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
-                  out_dir: str | Path, *, round_id: int = 0) -> dict[str, Any]:
+                  out_dir: str | Path, *, round_id: int = 0, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    """Tree rollouts of ``policy_dir`` on the round's task sample → ``out_dir``/{nodes,leaves}.parquet.
+
+    ``shard=(i, n)`` runs only every n-th task starting at i (Prefect/Ray run shards in parallel;
+    :func:`merge_rollouts` joins them). The same (round, seed) gives the same sample and trees.
+    """
     from e3orch.policy.backends.base import make_backend
     from e3orch.rollout.tree import TreeRollout
 
@@ -33,6 +38,10 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     backend = make_backend(pc.backend, str(policy_dir), **opts)
     rng = random.Random(stable_seed("rollout-stage", rc.seed, round_id))
     tasks = rng.sample(list(train_tasks), min(rc.tasks_per_round, len(train_tasks)))
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} out of range for {count} shards")
+    tasks = tasks[index::count]
     engine = TreeRollout(backend, params.engine, rc, temperature=pc.temperature, top_p=pc.top_p,
                          max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
                          max_prompt_tokens=pc.max_prompt_tokens)
@@ -67,4 +76,36 @@ def score_stage(params: Params, rollout_dir: str | Path, out_path: str | Path) -
     summary.update({f"{c}_by_kind": {k: float(v) for k, v in scored.group_by("kind").agg(scored[c].mean()).iter_rows()}
                     for c in ("reward",)})
     summary["decisions"] = len(scored)
+    return summary
+
+
+def merge_rollouts(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dict[str, Any]:
+    """Concatenate rollout shards (disjoint trees) into one validated rollout folder."""
+    import polars as pl
+
+    dirs = [Path(d) for d in shard_dirs]
+    nodes = pl.concat([read_validated(d / "nodes.parquet", NODE_SCHEMA) for d in dirs])
+    leaves = pl.concat([read_validated(d / "leaves.parquet", LEAF_SCHEMA) for d in dirs])
+    out = Path(out_dir)
+    write_validated(nodes, NODE_SCHEMA, out / "nodes.parquet")
+    write_validated(leaves, LEAF_SCHEMA, out / "leaves.parquet")
+    trees: dict[str, Any] = {}
+    summaries = []
+    for d in dirs:
+        trees.update(json.loads((d / "trees.json").read_text()))
+        summaries.append(json.loads((d / "summary.json").read_text()))
+    (out / "trees.json").write_text(json.dumps(trees, indent=1) + "\n")
+    n_leaves = max(1, len(leaves))
+    calls_tree = int(nodes["n_calls"].sum())
+    calls_indep = int(leaves["n_calls_path"].sum())
+    summary = {
+        "tasks": sum(s["tasks"] for s in summaries), "decisions": len(nodes), "leaves": len(leaves),
+        "leaf_accuracy": float(leaves["correct"].mean() or 0.0), "leaf_cost": float(leaves["cost"].mean() or 0.0),
+        "calls_per_leaf_tree": calls_tree / n_leaves, "calls_per_leaf_independent": calls_indep / n_leaves,
+        "sharing_ratio": calls_tree / calls_indep if calls_indep else 1.0,
+        "generated_tokens": sum(s["generated_tokens"] for s in summaries),
+        "generate_s": sum(s["generate_s"] for s in summaries), "execute_s": sum(s["execute_s"] for s in summaries),
+        "shards": len(dirs),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
