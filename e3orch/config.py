@@ -137,11 +137,13 @@ class WarmstartConfig(_Section):
 
     tasks: int = Field(210, ge=1, description="train tasks whose teacher episodes become demonstrations")
     teachers: dict[str, float] = Field(
-        default_factory=lambda: {"heuristic": 0.5, "sequential": 0.15, "upfront": 0.15, "random": 0.1, "single": 0.1},
-        description="teacher mix (single = single:<random pool member>)",
+        default_factory=lambda: {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
+                                 "random": 0.05, "single": 0.05},
+        description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled routing)",
     )
-    epochs: float = Field(2.0, gt=0)
+    epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
+    answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
     tokens_per_batch: int = Field(4096, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     seed: int = 0
@@ -149,7 +151,7 @@ class WarmstartConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> WarmstartConfig:
-        known = {"heuristic", "sequential", "upfront", "random", "single"}
+        known = {"heuristic", "explore", "sequential", "upfront", "random", "single"}
         bad = set(self.teachers) - known
         if bad:
             raise ValueError(f"teachers: unknown teacher(s) {sorted(bad)}; known: {sorted(known)}")

@@ -30,8 +30,12 @@ def prepare(params, out_dir: str | None = None) -> dict[str, Path]:  # type: ign
 
 
 def run(args: argparse.Namespace) -> int:
+    from e3orch.tracking import stage_run
+
     params = params_from(args)
-    written = prepare(params, args.out_dir)
+    with stage_run("prepare", params) as tracker:
+        written = prepare(params, args.out_dir)
+        tracker.set_tags({f"e3orch.output.{split}": path for split, path in written.items()})
     for split, path in written.items():
         print(f"wrote {path} ({split})")
     return 0

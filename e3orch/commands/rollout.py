@@ -20,14 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from e3orch.executors.base import load_pool_specs
     from e3orch.rollout.stage import rollout_stage
+    from e3orch.tracking import stage_run
 
     params = params_from(args)
-    specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
+    pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
+    specs = load_pool_specs(pool_path)
     try:
         i, n = (int(x) for x in args.shard.split("/"))
     except ValueError:
         raise ValueError(f"--shard must look like I/N (e.g. 0/4), got {args.shard!r}") from None
-    summary = rollout_stage(params, args.policy or params.warmstart.out_dir, sim_tasks(params, "train"), specs,
-                            args.out or params.rollout.out_dir, round_id=args.round, shard=(i, n))
+    with stage_run("rollout", params, run_name=f"rollout[{i}/{n}]" if n > 1 else None,
+                   tags={"e3orch.shard": f"{i}/{n}", "e3orch.round": args.round}) as tracker:
+        summary = rollout_stage(params, args.policy or params.warmstart.out_dir, sim_tasks(params, "train"), specs,
+                                args.out or params.rollout.out_dir, round_id=args.round, shard=(i, n))
+        tracker.log_metrics(summary)
+        tracker.log_pool(pool_path)
     print(json.dumps(summary, indent=2))
     return 0

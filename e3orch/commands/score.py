@@ -18,13 +18,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from e3orch.rollout.stage import score_stage
+    from e3orch.tracking import stage_run
 
     params = params_from(args)
     rollouts = Path(args.rollouts or params.rollout.out_dir)
     out = Path(args.out or rollouts / "scored.parquet")
-    summary = score_stage(params, rollouts, out)
-    if args.summary:
-        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n")
+    with stage_run("score", params) as tracker:
+        summary = score_stage(params, rollouts, out)
+        if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n")
+            tracker.log_artifact(args.summary)
+        tracker.log_metrics(summary)
     print(json.dumps(summary, indent=2))
     return 0

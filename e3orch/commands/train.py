@@ -13,6 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_params_arg(p)
     p.add_argument("--init", default=None, help="warm-start policy (default: warmstart.out_dir)")
     p.add_argument("--scored", default=None, help="scored decisions of the warm start (the score stage) used as round 1")
+    p.add_argument("--leaves", default=None, help="the leaves of that rollout (for round 1's metrics)")
     p.add_argument("--executors", default=None, help="pool whose randomised variants RL uses (default: evaluate.executors)")
     p.add_argument("--out", default=None, help="output folder (default: train.out_dir)")
     p.add_argument("--no-resume", action="store_true", help="ignore checkpoints and start from the warm start")
@@ -24,20 +25,28 @@ def run(args: argparse.Namespace) -> int:
 
     from e3orch.executors.base import load_pool_specs
     from e3orch.progress import count_progress
+    from e3orch.tracking import stage_run
     from e3orch.training.trainer import train_rl
 
     params = params_from(args)
-    specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
+    pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
+    specs = load_pool_specs(pool_path)
     rounds = []
-    with count_progress("RL rounds", params.train.rounds) as advance:
-        def on_round(m):  # type: ignore[no-untyped-def]
-            rounds.append(m.to_dict())
-            advance(f"acc {m.accuracy:.2f} cost {m.cost:.2f} kl {m.kl:.3f}")
+    with stage_run("train", params) as tracker:
+        with count_progress("RL rounds", params.train.rounds) as advance:
+            def on_round(m):  # type: ignore[no-untyped-def]
+                rounds.append(m.to_dict())
+                tracker.log_round(m)
+                advance(f"acc {m.accuracy:.2f} cost {m.cost:.2f} kl {m.kl:.3f}")
 
-        out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
-                                resume=not args.no_resume, on_round=on_round, first_scored=args.scored)
-    Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.metrics).write_text(json.dumps(rounds, indent=2) + "\n")
+            out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
+                                    resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
+                                    first_leaves=args.leaves)
+        Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.metrics).write_text(json.dumps(rounds, indent=2) + "\n")
+        tracker.log_artifact(args.metrics)
+        tracker.log_pool(pool_path)
+        tracker.log_policy(out, name="policy")
     console = Console()
     console.print(f"wrote {out} after {params.train.rounds} rounds")
     for m in rounds:

@@ -19,14 +19,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from e3orch.executors.base import load_pool_specs
     from e3orch.progress import step_progress
+    from e3orch.tracking import stage_run
     from e3orch.training.warmstart import warmstart
 
     params = params_from(args)
-    specs = load_pool_specs(resolve_pool_path(args.executors or params.evaluate.executors))
-    with step_progress("warm start (SFT)") as on_step:
-        out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
-    Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.metrics).write_text(json.dumps({**info, "losses": stats.losses}, indent=2) + "\n")
+    pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
+    specs = load_pool_specs(pool_path)
+    with stage_run("warmstart", params) as tracker:
+        with step_progress("warm start (SFT)") as on_step:
+            out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
+        Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.metrics).write_text(json.dumps({**info, "losses": stats.losses}, indent=2) + "\n")
+        tracker.log_metrics(info)
+        tracker.log_curve("sft_loss", stats.losses)
+        tracker.log_artifact(args.metrics)
+        tracker.log_pool(pool_path)
+        tracker.log_policy(out, name="warmstart")
     print(f"wrote {out}: {info['demonstrations']} demonstrations from {info['teacher_episodes']} teacher episodes, "
           f"{stats.steps} steps, final loss {stats.final_loss:.3f}, {stats.seconds:.0f}s")
     return 0

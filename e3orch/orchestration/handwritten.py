@@ -254,6 +254,17 @@ class RuleOrchestrator(Orchestrator):
         return render_plan([Subtask("S1", executor, instruction)])
 
 
+class ExploreOrchestrator(RuleOrchestrator):
+    """``heuristic``'s structure with executors sampled among those whose card is at least fair
+    for the skill: the diverse-but-sensible teacher that gives a warm-started policy probability
+    mass on alternatives RL can then compare."""
+
+    def route(self, router: Router, part: Part, attempts: int) -> str:
+        ok = [c.name for c in router.cards if router.levels[c.name][part.skill] >= 1]
+        rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
+        return rng.choice(ok) if ok else router.strongest(part.skill)
+
+
 class UpfrontOrchestrator(RuleOrchestrator):
     """One milestone, the whole dependency-wired plan, then the answer."""
 
@@ -307,7 +318,7 @@ def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orc
             raise ValueError(f"single:{executor}: no executor {executor!r} in the pool; known: {', '.join(pool_names)}")
         return RuleOrchestrator(name, only=executor)
     classes = {"heuristic": RuleOrchestrator, "upfront": UpfrontOrchestrator,
-               "sequential": SequentialOrchestrator, "random": RandomOrchestrator}
+               "sequential": SequentialOrchestrator, "random": RandomOrchestrator, "explore": ExploreOrchestrator}
     if name not in classes:
         raise ValueError(
             f"unknown orchestrator {name!r}; use one of {', '.join(HANDWRITTEN)}, single:<executor>, "

@@ -14,7 +14,9 @@ Three decisions, each a short block of text:
   fields: subtask id, executor name (from the cards), comma-separated dependency ids or ``-``,
   instruction. Independent subtasks run in parallel; a subtask receives its dependencies' outputs.
   An instruction is one line; ``{task}`` in it stands for the task's full text (e.g. a
-  multi-line function to complete), expanded when the subtask runs.
+  multi-line function to complete), expanded when the subtask runs. The executor may be named
+  by its card handle instead (``E3`` = the third card of *this* prompt): a pointer into the
+  cards shown, not a fixed output per executor, so it transfers to any pool.
 
 The parser never raises on model output. Whatever it cannot use becomes a :class:`Defect`
 (what the completeness reward penalises) and is dropped, so a partly broken plan still runs
@@ -25,12 +27,13 @@ its valid part. What this module deliberately does not do: execute anything, or 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Sequence
 
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
 
 _MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,15}$")
+_HANDLE_RE = re.compile(r"^[Ee](\d{1,3})$")
 _FENCE_RE = re.compile(r"^\s*```[a-zA-Z]*\s*$")
 MAX_INSTRUCTION_CHARS = 4000
 
@@ -72,9 +75,32 @@ def _strip_fences(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not _FENCE_RE.match(line))
 
 
+def resolve_executor(name: str, executors: Sequence[str]) -> str | None:
+    """An executor name, or a card handle ``E<i>`` resolved against the cards' order."""
+    if name in executors:
+        return name
+    m = _HANDLE_RE.match(name)
+    if m and 1 <= int(m.group(1)) <= len(executors):
+        return executors[int(m.group(1)) - 1]
+    return None
+
+
+def to_handles(plan_text: str, executors: Sequence[str]) -> str:
+    """Rewrite a plan's executor names as card handles (how the small policy is taught to point)."""
+    index = {n: f"E{i + 1}" for i, n in enumerate(executors)}
+    lines = []
+    for line in plan_text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[1].strip() in index:
+            parts[1] = f" {index[parts[1].strip()]} "
+            line = "|".join(parts)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def parse_plan(
     text: str,
-    executors: Collection[str],
+    executors: Sequence[str],
     *,
     max_subtasks: int = 8,
 ) -> Plan:
@@ -102,9 +128,11 @@ def parse_plan(
         if sid in seen:
             defects.append(Defect("duplicate_id", sid))
             continue
-        if executor not in executors:
+        resolved = resolve_executor(executor, executors)
+        if resolved is None:
             defects.append(Defect("unknown_executor", executor[:40]))
             continue
+        executor = resolved
         if not instruction:
             defects.append(Defect("empty_instruction", sid))
             continue

@@ -50,7 +50,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):  # type: ignore[no-u
 def create_default_policy(params: Params, out_dir: str | Path | None = None, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     from e3orch.commands.common import resolve_pool_path, sim_tasks
     from e3orch.executors.base import load_pool_specs
     from e3orch.training.demos import collect_demonstrations

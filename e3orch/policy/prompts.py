@@ -11,6 +11,7 @@ completion (the engine's protocol parser does).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from e3orch.orchestration.episode import DecisionType, Observation
@@ -21,14 +22,15 @@ MAX_OUTPUT_CHARS = 160
 PROTOCOL_HINT = (
     "Reply with one decision. Milestone step: 'MILESTONE: <next objective>' or 'ANSWER: <answer>' "
     "(a part tag like P3 names that part's result). Plan step: one line per subtask "
-    "'S1 | <executor> | <deps or -> | <instruction>'."
+    "'S1 | <executor name or card handle E1..> | <deps or -> | <instruction>'."
 )
 
 
-def render_card(obs_card) -> str:  # type: ignore[no-untyped-def]
+def render_card(obs_card, index: int) -> str:  # type: ignore[no-untyped-def]
+    """``E3 name: description (price in/out, latency)``; ``E3`` is the handle plans may use."""
     p, lat = obs_card.price, obs_card.latency
     # Two significant digits: randomised prices would otherwise spend many tokens on noise.
-    return (f"{obs_card.name}: {obs_card.description.strip()} "
+    return (f"E{index} {obs_card.name}: {obs_card.description.strip()} "
             f"(price {p.input_per_1k:.2g}/{p.output_per_1k:.2g}, latency {lat.base_s:.2g}s)")
 
 
@@ -46,6 +48,27 @@ def render_milestone_record(i: int, rec: MilestoneRecord) -> str:
     return "\n".join(lines)
 
 
+_PART_RESULT_RE = re.compile(r"\b(P\d+) = \S+(?: \(confidence ([0-9.]+)\))?")
+_PART_FAIL_RE = re.compile(r"\b(P\d+): cannot proceed")
+
+
+def render_status(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> str:
+    """Latest reported state of every named part (``P2 0.81`` = value with confidence 0.81,
+    ``P3 failed``), read off the results: a compact digest of the history that survives trimming."""
+    status: dict[str, str] = {}
+    for rec in history:
+        for r in rec.results:
+            if not r.ok:
+                continue
+            for m in _PART_RESULT_RE.finditer(r.output):
+                status[m.group(1)] = m.group(2) or "done"
+            for m in _PART_FAIL_RE.finditer(r.output):
+                status.setdefault(m.group(1), "failed")
+    if not status:
+        return ""
+    return " | ".join(f"{k} {v}" for k, v in sorted(status.items(), key=lambda kv: int(kv[0][1:])))
+
+
 def render_prompt(
     obs: Observation,
     kind: DecisionType,
@@ -55,11 +78,12 @@ def render_prompt(
     hint: bool = False,
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
-    head = ["### executors"] + [render_card(c) for c in obs.cards]
+    head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
     if hint:
         head = [PROTOCOL_HINT, *head]
     head += ["### task", obs.question.strip()]
-    tail = [
+    status = render_status(obs.history)
+    tail = ([f"### status: {status}"] if status else []) + [
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         f"### decide: plan for {obs.pending_milestone}" if kind == "plan" else "### decide: milestone",
     ]

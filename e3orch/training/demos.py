@@ -19,10 +19,12 @@ from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import make_handwritten
 from e3orch.orchestration.types import Episode
+from e3orch.orchestration.protocol import to_handles
 from e3orch.policy.pools import randomize_pool
 from e3orch.policy.prompts import render_prompt
 
-DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.5, "sequential": 0.15, "upfront": 0.15, "random": 0.1, "single": 0.1}
+DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
+                                      "random": 0.05, "single": 0.05}
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,21 @@ class Demo:
 
 
 class Recorder(Orchestrator):
-    """Wraps a teacher and records what it was shown (rendered as a policy prompt) and said."""
+    """Wraps a teacher and records what it was shown (rendered as a policy prompt) and said.
 
-    def __init__(self, inner: Orchestrator) -> None:
+    With ``handles`` the recorded plans name executors by card handle (``E3``): a short pointer
+    into the prompt's cards is far easier for a small policy to produce than a random name."""
+
+    def __init__(self, inner: Orchestrator, handles: bool = True) -> None:
         self.inner = inner
+        self.handles = handles
         self.name = inner.name
         self.records: list[tuple[str, str, str]] = []
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
-        self.records.append((kind, render_prompt(obs, kind), text))
+        taught = to_handles(text, [c.name for c in obs.cards]) if self.handles and kind == "plan" else text
+        self.records.append((kind, render_prompt(obs, kind), taught))
         return text
 
 

@@ -154,14 +154,32 @@ class RLTrainer:
     def ckpt(self) -> Path:
         return Path(self.cfg.checkpoint_dir)
 
+    def fingerprint(self) -> str:
+        """What a checkpoint must match to be resumed: the warm start and every knob of the run."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in ("config.json", "e3orch_policy.json"):
+            f = self.init_dir / name
+            h.update(f.read_bytes() if f.exists() else b"")
+        weights = self.init_dir / "model.safetensors"
+        if weights.exists():
+            st = weights.stat()
+            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+        knobs = {k: getattr(self.params, k).model_dump() for k in ("engine", "policy", "rollout", "rewards", "train")}
+        h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
+        return h.hexdigest()[:16]
+
     def resume(self) -> int:
         meta = self.ckpt / "round.json"
         if meta.exists():
             info = json.loads(meta.read_text())
-            if info.get("init_dir") == str(self.init_dir):
+            if info.get("fingerprint") == self.fingerprint():
                 self.acc.load_state(str(self.ckpt / "state"))
                 self.round = int(info["next_round"])
-                log.info("resumed from %s at round %d", self.ckpt, self.round)
+                log.warning("resumed from %s at round %d", self.ckpt, self.round)
+            else:
+                log.warning("ignoring %s: it belongs to another warm start or other params", self.ckpt)
         return self.round
 
     def save_checkpoint(self) -> None:
@@ -169,7 +187,8 @@ class RLTrainer:
         self.acc.save_state(str(self.ckpt / "state"))
         if self.acc.is_main_process:
             tmp = self.ckpt / "round.json.tmp"
-            tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir)}))
+            tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir),
+                                       "fingerprint": self.fingerprint()}))
             tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
 
     # -- one round ---------------------------------------------------------------------------
@@ -261,16 +280,16 @@ class RLTrainer:
             update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
         )
 
-    def update_from_scored(self, path: str | Path) -> RoundMetrics:
+    def update_from_scored(self, path: str | Path, leaves_path: str | Path | None = None) -> RoundMetrics:
         """Round 1 from a scored rollout file written by the score stage (same warm-start weights)."""
-        from e3orch.rollout.records import SCORED_SCHEMA, read_validated
+        from e3orch.rollout.records import LEAF_SCHEMA, SCORED_SCHEMA, read_validated
 
         scored = read_validated(path, SCORED_SCHEMA)
         trees = sorted(set(scored["tree_id"].to_list()))
         mine = set(trees[self.acc.process_index :: self.acc.num_processes])
         scored = scored.filter(pl.col("tree_id").is_in(list(mine)))
-        leaves_path = Path(path).with_name("leaves.parquet")
-        leaves = pl.read_parquet(leaves_path).filter(pl.col("tree_id").is_in(list(mine))) if leaves_path.exists() else None
+        leaves = (read_validated(leaves_path, LEAF_SCHEMA).filter(pl.col("tree_id").is_in(list(mine)))
+                  if leaves_path else None)
         t = time.perf_counter()
         up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len))
         t_update = time.perf_counter() - t
@@ -323,6 +342,7 @@ def train_rl(
     resume: bool = True,
     on_round: Callable[[RoundMetrics], None] | None = None,
     first_scored: str | Path | None = None,
+    first_leaves: str | Path | None = None,
 ) -> tuple[Path, list[RoundMetrics]]:
     """Run ``train.rounds`` RL rounds from the warm start; write the policy to ``out_dir``.
 
@@ -335,7 +355,7 @@ def train_rl(
     history: list[RoundMetrics] = []
     while trainer.round < params.train.rounds:
         if trainer.round == 0 and first_scored is not None:
-            m = trainer.update_from_scored(first_scored)
+            m = trainer.update_from_scored(first_scored, first_leaves)
         else:
             m = trainer.run_round(train_tasks, specs)
         trainer.save_checkpoint()

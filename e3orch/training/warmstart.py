@@ -48,7 +48,15 @@ def warmstart(
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers)
     tokenizer = load_tokenizer(str(init))
-    examples = [e for d in demos if (e := encode_pair(tokenizer, d.prompt, d.completion, cfg.max_seq_len))]
+    examples = []
+    for d in demos:
+        e = encode_pair(tokenizer, d.prompt, d.completion, cfg.max_seq_len)
+        if e is None:
+            continue
+        # An episode has one answer decision and many milestone/plan decisions; without
+        # oversampling the policy learns to keep planning and never stops.
+        copies = cfg.answer_oversample if d.completion.startswith("ANSWER:") else 1
+        examples.extend([e] * copies)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(str(init))
     acc = accelerator or Accelerator(cpu=not torch.cuda.is_available() or params.policy.device == "cpu")

@@ -16,10 +16,13 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from e3orch.policy.backends.base import Generation, PolicyBackend
 
 log = logging.getLogger(__name__)
+# Per-load "Loading weights" bars would interleave with the stages' own progress bars.
+hf_logging.disable_progress_bar()
 
 
 def load_tokenizer(path: str) -> Any:

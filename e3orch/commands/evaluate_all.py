@@ -1,0 +1,42 @@
+"""``e3orch evaluate-all``: the evaluate stage — every system, both pools → reports/."""
+
+from __future__ import annotations
+
+import argparse
+
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_params_arg(p)
+    p.add_argument("--policy", default=None, help="trained policy (default: train.out_dir)")
+    p.add_argument("--warmstart", default=None, help="warm-start policy (default: warmstart.out_dir)")
+    p.add_argument("--out", default=None, help="output folder (default: evaluate.out_dir)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from e3orch.evaluation.report import render_table
+    from e3orch.evaluation.stage import evaluate_stage
+    from e3orch.progress import count_progress
+    from e3orch.tracking import stage_run
+
+    params = params_from(args)
+    policies = {"e3orch": args.policy or params.train.out_dir, "warmstart": args.warmstart or params.warmstart.out_dir}
+    tasks = sim_tasks(params, params.evaluate.split)
+    n_systems = 2 * (len(policies) + len(params.evaluate.baselines) + 8)
+    out_dir = args.out or params.evaluate.out_dir
+    with stage_run("evaluate", params) as tracker:
+        with count_progress("evaluating systems", n_systems) as advance:
+            metrics = evaluate_stage(params, tasks, policies, out_dir, on_system=advance)
+        tracker.log_evaluation(metrics, out_dir)
+        tracker.log_pool(resolve_pool_path(params.evaluate.executors))
+        tracker.log_pool(resolve_pool_path(params.evaluate.transfer_executors))
+    console = Console()
+    console.print("default pool", style="bold")
+    console.print(render_table(metrics["systems"]), soft_wrap=True)
+    console.print("transfer pool", style="bold")
+    console.print(render_table(metrics["transfer"]["systems"]), soft_wrap=True)
+    console.print(f"wrote {args.out or params.evaluate.out_dir}/metrics.json and report.md")
+    return 0

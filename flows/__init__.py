@@ -1,0 +1,1 @@
+"""Prefect flows over the E³-Orch stage functions (run from the repository root)."""

@@ -1,0 +1,79 @@
+"""Shared test set-up: tracking off by default, one torch thread, and a tiny pipeline config.
+
+``write_tiny_params(dir)`` writes a params.yaml whose whole pipeline (prepare → warmstart →
+rollout → score → train → evaluate) runs in about ten seconds on one CPU thread, with every
+output folder under ``dir``; the ``tiny_params_file`` fixture is one such file per session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Tests of other modules must not write mlflow.db into the checkout; tests of tracking turn it on
+# with their own MLFLOW_TRACKING_URI. Torch at one thread stays steady on 2 shared cores.
+os.environ.setdefault("E3ORCH_TRACKING", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+if str(REPO) not in sys.path:  # `flows/` is a folder at the repository root, not an installed package
+    sys.path.insert(0, str(REPO))
+
+
+def tiny_params(root: str | Path) -> dict[str, Any]:
+    """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing."""
+    d = Path(root).resolve()
+    return {
+        "prepare": {"seed": 0, "train_per_domain": 3, "eval_per_domain": 2, "domains": ["math", "table"],
+                    "out_dir": str(d / "data/tasks")},
+        "evaluate": {"limit": 2, "single_executors": False, "baselines": ["heuristic"],
+                     "executors": str(REPO / "configs/executors/default.yaml"),
+                     "transfer_executors": str(REPO / "configs/executors/transfer.yaml"),
+                     "out_dir": str(d / "reports")},
+        "policy": {"init_dir": str(d / "models/init"), "threads": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
+                   "model": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                             "intermediate_size": 64}},
+        "warmstart": {"tasks": 6, "epochs": 0.3, "tokens_per_batch": 2048, "out_dir": str(d / "models/warmstart")},
+        "rollout": {"tasks_per_round": 2, "leaf_budget": 4, "out_dir": str(d / "data/rollouts")},
+        "train": {"rounds": 2, "minibatches": 1, "out_dir": str(d / "models/policy"),
+                  "checkpoint_dir": str(d / "models/checkpoints")},
+    }
+
+
+def write_tiny_params(root: str | Path, **sections: dict[str, Any]) -> Path:
+    """Write the tiny params.yaml into ``root`` (keyword sections update the defaults); its path."""
+    data = tiny_params(root)
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    path = Path(root) / "params.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_params_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_params(tmp_path_factory.mktemp("tiny"))
+
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One temporary Prefect API for the whole session (starting one costs ~12 s).
+
+    Task results and cache records go to a temporary folder, not ``~/.prefect/storage``.
+    """
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-storage")
+    with prefect_test_harness(server_startup_timeout=60), temporary_settings({PREFECT_LOCAL_STORAGE_PATH: storage}):
+        yield

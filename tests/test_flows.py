@@ -1,0 +1,124 @@
+"""The Prefect flow end to end on the tiny config, under one temporary Prefect API.
+
+The flow runs twice in a tmp working directory: the first run executes every stage (two rollout
+shards), the second finds every task in the cache. Task runs are read back from the API; the
+stage runs are read back from the tmp MLflow store, nested under the flow's parent run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import write_tiny_params
+
+STAGE_TASKS = ["prepare", "warmstart", "rollout-shard", "rollout-shard", "merge-rollouts", "score", "train",
+               "evaluate"]
+
+
+@pytest.fixture(scope="module")
+def flow_runs(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from flows.pipeline import e3orch_pipeline
+
+    work = tmp_path_factory.mktemp("flow")
+    params = write_tiny_params(work)
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.setenv("E3ORCH_TRACKING", "1")
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        first = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
+        second = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
+    return {"first": first, "second": second, "work": work, "uri": uri}
+
+
+def task_runs(state: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run_id = UUID(str(state.state_details.flow_run_id))
+    with get_client(sync_client=True) as client:
+        return list(client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))))
+
+
+def test_the_flow_runs_every_stage_with_parallel_shards(flow_runs: dict[str, Any]) -> None:
+    state = flow_runs["first"]
+    assert state.is_completed(), state
+    metrics = state.result()
+    assert {"e3orch", "warmstart", "heuristic"} <= set(metrics["systems"])
+    assert set(metrics["transfer"]["systems"]) == set(metrics["systems"])
+    runs = task_runs(state)
+    print(sorted(r.name for r in runs))
+    assert sorted(r.name for r in runs if r.name.startswith("rollout-shard")) == [
+        "rollout-shard-0-of-2", "rollout-shard-1-of-2"]
+    assert all(r.state.is_completed() for r in runs)
+    work = flow_runs["work"]
+    for out in ("data/tasks/sim_train.parquet", "models/warmstart/config.json", "data/rollouts-shards/0-of-2/nodes.parquet",
+                "data/rollouts-shards/1-of-2/nodes.parquet", "data/rollouts/nodes.parquet", "data/scored.parquet",
+                "models/policy/config.json", "reports/train_rounds.json", "reports/metrics.json", "reports/report.md"):
+        assert (work / out).exists(), out
+
+
+def test_a_second_run_is_served_from_the_cache(flow_runs: dict[str, Any]) -> None:
+    state = flow_runs["second"]
+    assert state.is_completed()
+    runs = task_runs(state)
+    assert len(runs) == len(STAGE_TASKS)
+    assert {r.state.name for r in runs} == {"Cached"}
+    assert state.result() == flow_runs["first"].result()
+
+
+def test_executor_stages_retry_and_every_stage_caches() -> None:
+    from flows.caching import StageCache
+    from flows.pipeline import (
+        evaluate_task,
+        merge_rollouts_task,
+        prepare_task,
+        rollout_shard_task,
+        score_task,
+        train_task,
+        warmstart_task,
+    )
+
+    for t in (warmstart_task, rollout_shard_task, train_task, evaluate_task):
+        assert t.retries >= 1 and t.retry_delay_seconds, t.name
+    for t in (prepare_task, warmstart_task, rollout_shard_task, merge_rollouts_task, score_task, train_task,
+              evaluate_task):
+        assert isinstance(t.cache_policy, StageCache), t.name
+
+
+def test_stages_are_tracked_under_the_flow_parent(flow_runs: dict[str, Any]) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(flow_runs["uri"])
+    exp = client.get_experiment_by_name("e3orch")
+    parents = client.search_runs([exp.experiment_id], "tags.`e3orch.role` = 'pipeline'")
+    assert len(parents) == 2  # one per flow run
+    first = next(p for p in parents if p.data.tags["prefect.flow_run_id"] == str(flow_runs["first"].state_details.flow_run_id))
+    stages = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{first.info.run_id}'")
+    assert sorted(r.info.run_name for r in stages) == sorted(
+        ["prepare", "warmstart", "rollout[0/2]", "rollout[1/2]", "rollout", "score", "train", "evaluate"])
+    assert first.info.status == "FINISHED" and "accuracy" in first.data.metrics
+
+
+def test_the_ray_runner_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from flows.pipeline import task_runner
+
+    if importlib.util.find_spec("prefect_ray") is not None:
+        pytest.skip("prefect-ray is installed")
+    monkeypatch.setenv("E3ORCH_TASK_RUNNER", "ray")
+    with pytest.raises(ImportError, match=r"\[ray\]"):
+        task_runner()
+    monkeypatch.setenv("E3ORCH_TASK_RUNNER", "threads")
+    assert type(task_runner()).__name__ == "ThreadPoolTaskRunner"
+
+
+def test_outputs_missing_means_no_cache_key(tmp_path: Path) -> None:
+    from flows.caching import stage_cache
+
+    policy = stage_cache(out_dir=("config.json",))
+    assert policy.compute_key(None, {"out_dir": str(tmp_path / "missing")}, {}) is None  # type: ignore[arg-type]
