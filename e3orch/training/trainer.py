@@ -167,6 +167,7 @@ class RLTrainer:
             st = weights.stat()
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
         knobs = {k: getattr(self.params, k).model_dump() for k in ("engine", "policy", "rollout", "rewards", "train")}
+        knobs["train"].pop("rounds")  # asking for more rounds continues the same run
         h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 

@@ -1,0 +1,114 @@
+"""Exact reward and advantage values on hand-built cases; the sign of every term."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from e3orch.config import RewardsConfig
+from e3orch.rewards.advantages import NodeKey, get_estimator, sibling_advantages, tree_mean_advantages
+from e3orch.rewards.score import score_nodes
+from e3orch.rewards.terms import beta_lcb, completeness, normalised_cost, total_reward
+from e3orch.rollout.records import DecisionNode, Leaf, leaves_frame, nodes_frame
+
+
+def test_beta_lcb_exact_values() -> None:
+    # Beta(1,1) prior, 3 successes of 4: a=4, b=2 → mean 2/3, std sqrt(8/(36*7))
+    assert beta_lcb([1, 1, 1, 0], 1, 1, 0.0) == pytest.approx(2 / 3)
+    assert beta_lcb([1, 1, 1, 0], 1, 1, 0.5) == pytest.approx(2 / 3 - 0.5 * math.sqrt(8 / (36 * 7)))
+    assert beta_lcb([], 1, 1, 0.0) == pytest.approx(0.5)  # no evidence: the prior mean
+
+
+def test_beta_lcb_prefers_more_evidence_at_equal_rate() -> None:
+    assert beta_lcb([1] * 8, kappa=0.5) > beta_lcb([1], kappa=0.5)
+    assert beta_lcb([1, 0] * 10, kappa=0.5) > beta_lcb([1, 0], kappa=0.5)
+
+
+def test_cost_is_normalised_per_task_and_subtracted() -> None:
+    assert normalised_cost([2.0, 4.0], 3.0) == pytest.approx(1.0)
+    assert normalised_cost([20.0, 40.0], 30.0) == pytest.approx(1.0)  # same relative cost, same value
+    assert normalised_cost([1.0], 0.0) == 0.0
+    # sign: more cost, less reward (everything else equal)
+    assert total_reward(0.5, 2.0, 1.0, 1.0, 0.3, 0.2) < total_reward(0.5, 1.0, 1.0, 1.0, 0.3, 0.2)
+    # sign: more performance / completeness, more reward
+    assert total_reward(0.6, 1.0, 1.0, 1.0, 0.3, 0.2) > total_reward(0.5, 1.0, 1.0, 1.0, 0.3, 0.2)
+    assert total_reward(0.5, 1.0, 1.0, 1.0, 0.3, 0.2) > total_reward(0.5, 1.0, 0.5, 1.0, 0.3, 0.2)
+    assert total_reward(0.5, 2.0, 0.5, 1.0, 0.3, 0.2) == pytest.approx(0.5 - 0.6 + 0.1)
+
+
+@pytest.mark.parametrize(
+    "defects,answered,expected",
+    [(0, [True, True], 1.0), (1, [True, True], 0.75), (2, [True], 0.5), (3, [True], 0.5),
+     (0, [True, False], 0.75), (0, [False], 0.5), (1, [False, False], 0.25)],
+)
+def test_completeness_table(defects: int, answered: list[bool], expected: float) -> None:
+    assert completeness(defects, answered, 0.5) == pytest.approx(expected)
+
+
+def K(nid: str, parent: str, kind: str = "plan", n: int = 2, tree: str = "t") -> NodeKey:
+    return NodeKey(nid, tree, parent, kind, n)
+
+
+def test_sibling_advantages_exact() -> None:
+    keys = [K("a", "r"), K("b", "r"), K("c", "a", n=1)]
+    rewards = [1.0, 0.0, 0.4]
+    # a, b: siblings (mean 0.5); c has no siblings → same-kind mean in tree (plan: 1.0, 0.0, 0.4 → 0.4667)
+    adv = sibling_advantages(keys, rewards, False)
+    assert adv == pytest.approx([0.5, -0.5, 0.4 - (1.4 / 3)])
+    std = pl.Series(rewards).std(ddof=0)
+    assert sibling_advantages(keys, rewards, True) == pytest.approx([a / (std + 1e-6) for a in adv])
+
+
+def test_lonely_node_gets_zero_and_trees_are_separate() -> None:
+    keys = [K("m", "", kind="milestone", n=1), K("p1", "m"), K("p2", "m"), K("x", "", kind="milestone", n=1, tree="u")]
+    adv = sibling_advantages(keys, [0.3, 0.9, 0.1, 5.0], False)
+    assert adv[0] == 0.0 and adv[3] == 0.0  # only milestone node of its tree
+    assert adv[1] == pytest.approx(0.4) and adv[2] == pytest.approx(-0.4)
+
+
+def test_tree_mean_estimator_and_registry() -> None:
+    keys = [K("a", "r"), K("b", "r"), K("m", "", kind="milestone", n=1)]
+    assert tree_mean_advantages(keys, [1.0, 0.0, 3.0], False) == pytest.approx([0.5, -0.5, 0.0])
+    assert get_estimator("sibling") is sibling_advantages
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        get_estimator("nope")
+
+
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=6))
+def test_sibling_advantages_sum_to_zero_within_a_group(rewards: list[float]) -> None:
+    keys = [K(f"n{i}", "r", n=len(rewards)) for i in range(len(rewards))]
+    assert sum(sibling_advantages(keys, rewards, False)) == pytest.approx(0.0, abs=1e-9)
+
+
+def _node(nid: str, parent: str, kind: str, leaves: list[str], n_sib: int = 1, defects: list[str] | None = None,
+          cost: float = 0.0) -> DecisionNode:
+    return DecisionNode(nid, "t", "task", "sim/math", parent, kind, 0, 0, n_sib, "p", "c", [1], [-0.1], True,
+                        defects or [], 1 if kind == "plan" else 0, cost, leaves)
+
+
+def test_score_nodes_on_a_hand_built_tree() -> None:
+    # root milestone m → two plan siblings p1 (leaf A: correct, cost 1) and p2 (leaf B: wrong, cost 3)
+    nodes = [_node("m", "", "milestone", ["A", "B"]), _node("p1", "m", "plan", ["A"], 2, cost=1.0),
+             _node("p2", "m", "plan", ["B"], 2, defects=["dangling_dep"], cost=3.0)]
+    leaves = [Leaf("A", "t", "task", "sim/math", ["m", "p1"], True, 1.0, 1.0, 1.0, 1, "", "x"),
+              Leaf("B", "t", "task", "sim/math", ["m", "p2"], False, 0.0, 3.0, 1.0, 1, "", "y")]
+    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+                        defect_penalty=0.5, normalize_std=False)
+    out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
+    rows = {r["node_id"]: r for r in out.iter_rows(named=True)}
+    assert rows["p1"]["performance"] == pytest.approx(2 / 3)   # Beta(2,1)
+    assert rows["p2"]["performance"] == pytest.approx(1 / 3)   # Beta(1,2)
+    assert rows["p1"]["cost_norm"] == pytest.approx(0.5)       # 1 / mean(1, 3)
+    assert rows["p2"]["cost_norm"] == pytest.approx(1.5)
+    assert rows["p2"]["completeness"] == pytest.approx(0.75)   # one defect
+    r1 = 2 / 3 - 0.3 * 0.5 + 0.2 * 1.0
+    r2 = 1 / 3 - 0.3 * 1.5 + 0.2 * 0.75
+    assert rows["p1"]["reward"] == pytest.approx(r1)
+    assert rows["p1"]["advantage"] == pytest.approx((r1 - r2) / 2)
+    assert rows["p2"]["advantage"] == pytest.approx(-(r1 - r2) / 2)
+    assert rows["m"]["advantage"] == 0.0
+    assert rows["m"]["n_leaves"] == 2
