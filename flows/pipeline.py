@@ -37,7 +37,7 @@ from e3orch.rollout.stage import merge_rollouts, rollout_stage, score_stage
 from e3orch.tracking import pipeline_run, stage_run
 from e3orch.training.trainer import train_rl
 from e3orch.training.warmstart import warmstart
-from flows.caching import stage_cache
+from flows.caching import stage_cache, submit
 
 # Executors fail transiently (endpoints time out, rate limits); stages that call them retry.
 EXECUTOR_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay_seconds": [10, 60]}
@@ -137,16 +137,16 @@ def e3orch_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] 
     reports = Path(params.evaluate.out_dir)
     with pipeline_run(params, run_name=f"prefect:{flow_run.name}",
                       tags={"prefect.flow_run_id": flow_run.id, "prefect.params_path": params_path}) as parent:
-        tasks = prepare_task.submit(params, params.prepare.out_dir, parent)
-        warm = warmstart_task.submit(params, specs, tasks, params.warmstart.out_dir, parent)
-        shards = [rollout_shard_task.submit(params, specs, tasks, warm, str(shard_root / f"{i}-of-{rollout_shards}"),
-                                            i, rollout_shards, parent)
+        tasks = submit(prepare_task, params, params.prepare.out_dir, parent)
+        warm = submit(warmstart_task, params, specs, tasks, params.warmstart.out_dir, parent)
+        shards = [submit(rollout_shard_task, params, specs, tasks, warm,
+                         str(shard_root / f"{i}-of-{rollout_shards}"), i, rollout_shards, parent)
                   for i in range(rollout_shards)]
-        merged = merge_rollouts_task.submit(params, shards, str(rollouts), parent)
-        scored = score_task.submit(params, merged, str(rollouts.with_name("scored.parquet")), parent)
-        policy = train_task.submit(params, specs, tasks, warm, scored, str(rollouts / "leaves.parquet"),
-                                   params.train.out_dir, str(reports / "train_rounds.json"), parent)
-        metrics = evaluate_task.submit(params, tasks, {"e3orch": policy, "warmstart": warm}, str(reports), parent)
+        merged = submit(merge_rollouts_task, params, shards, str(rollouts), parent)
+        scored = submit(score_task, params, merged, str(rollouts.with_name("scored.parquet")), parent)
+        policy = submit(train_task, params, specs, tasks, warm, scored, str(rollouts / "leaves.parquet"),
+                        params.train.out_dir, str(reports / "train_rounds.json"), parent)
+        metrics = submit(evaluate_task, params, tasks, {"e3orch": policy, "warmstart": warm}, str(reports), parent)
         return metrics.result()
 
 

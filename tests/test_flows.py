@@ -1,7 +1,8 @@
 """The Prefect flow end to end on the tiny config, under one temporary Prefect API.
 
-The flow runs twice in a tmp working directory: the first run executes every stage (two rollout
-shards), the second finds every task in the cache. Task runs are read back from the API; the
+The flow runs three times in a tmp working directory: the first run executes every stage (two
+rollout shards in parallel), the second finds every task in the cache, the third recomputes only
+the stage whose output was deleted. Task runs are read back from the API; the
 stage runs are read back from the tmp MLflow store, nested under the flow's parent run.
 """
 
@@ -31,7 +32,9 @@ def flow_runs(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         first = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
         second = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
-    return {"first": first, "second": second, "work": work, "uri": uri}
+        (work / "reports/metrics.json").unlink()
+        third = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
+    return {"first": first, "second": second, "third": third, "work": work, "uri": uri}
 
 
 def task_runs(state: Any) -> list[Any]:
@@ -50,9 +53,11 @@ def test_the_flow_runs_every_stage_with_parallel_shards(flow_runs: dict[str, Any
     assert {"e3orch", "warmstart", "heuristic"} <= set(metrics["systems"])
     assert set(metrics["transfer"]["systems"]) == set(metrics["systems"])
     runs = task_runs(state)
-    print(sorted(r.name for r in runs))
-    assert sorted(r.name for r in runs if r.name.startswith("rollout-shard")) == [
-        "rollout-shard-0-of-2", "rollout-shard-1-of-2"]
+    assert sorted(r.name.rsplit("-", 1)[0] for r in runs if not r.name.startswith("rollout-shard")) == sorted(
+        t for t in STAGE_TASKS if t != "rollout-shard")
+    shards = sorted((r for r in runs if r.name.startswith("rollout-shard")), key=lambda r: r.name)
+    assert [r.name for r in shards] == ["rollout-shard-0-of-2", "rollout-shard-1-of-2"]
+    assert max(r.start_time for r in shards) < min(r.end_time for r in shards)  # they overlapped
     assert all(r.state.is_completed() for r in runs)
     work = flow_runs["work"]
     for out in ("data/tasks/sim_train.parquet", "models/warmstart/config.json", "data/rollouts-shards/0-of-2/nodes.parquet",
@@ -95,7 +100,7 @@ def test_stages_are_tracked_under_the_flow_parent(flow_runs: dict[str, Any]) -> 
     client = MlflowClient(flow_runs["uri"])
     exp = client.get_experiment_by_name("e3orch")
     parents = client.search_runs([exp.experiment_id], "tags.`e3orch.role` = 'pipeline'")
-    assert len(parents) == 2  # one per flow run
+    assert len(parents) == 3  # one per flow run
     first = next(p for p in parents if p.data.tags["prefect.flow_run_id"] == str(flow_runs["first"].state_details.flow_run_id))
     stages = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{first.info.run_id}'")
     assert sorted(r.info.run_name for r in stages) == sorted(
@@ -117,8 +122,16 @@ def test_the_ray_runner_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None
     assert type(task_runner()).__name__ == "ThreadPoolTaskRunner"
 
 
-def test_outputs_missing_means_no_cache_key(tmp_path: Path) -> None:
+def test_missing_outputs_are_recomputed(flow_runs: dict[str, Any], tmp_path: Path) -> None:
+    runs = {r.name.rsplit("-", 1)[0] if not r.name.startswith("rollout-shard") else r.name: r.state.name
+            for r in task_runs(flow_runs["third"])}
+    assert runs.pop("evaluate") == "Completed"  # its metrics.json was deleted: recomputed
+    assert set(runs.values()) == {"Cached"}
+    assert (flow_runs["work"] / "reports/metrics.json").exists()
+
     from flows.caching import stage_cache
 
     policy = stage_cache(out_dir=("config.json",))
-    assert policy.compute_key(None, {"out_dir": str(tmp_path / "missing")}, {}) is None  # type: ignore[arg-type]
+    assert not policy.outputs_exist({"out_dir": str(tmp_path)})
+    (tmp_path / "config.json").write_text("{}")
+    assert policy.outputs_exist({"out_dir": str(tmp_path)})

@@ -69,6 +69,20 @@ def render_status(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) 
     return " | ".join(f"{k} {v}" for k, v in sorted(status.items(), key=lambda kv: int(kv[0][1:])))
 
 
+_TAG_RE = re.compile(r"\b[PS]\d+\b")
+
+
+def focus_lines(question: str, milestone: str | None) -> list[str]:
+    """The task lines that mention the parts the pending milestone names, repeated next to the
+    plan decision: the policy routes a part by its text, and a small model attends far better to
+    what is close to the decision than to a line in the middle of a long prompt."""
+    tags = set(_TAG_RE.findall(milestone or ""))
+    if not tags:
+        return []
+    lines = [ln.strip() for ln in question.splitlines() if ln.strip() and ln.split(":", 1)[0].strip() in tags]
+    return ["### focus: " + ln for ln in lines]
+
+
 def render_prompt(
     obs: Observation,
     kind: DecisionType,
@@ -83,7 +97,8 @@ def render_prompt(
         head = [PROTOCOL_HINT, *head]
     head += ["### task", obs.question.strip()]
     status = render_status(obs.history)
-    tail = ([f"### status: {status}"] if status else []) + [
+    focus = focus_lines(obs.question, obs.pending_milestone) if kind == "plan" else []
+    tail = ([f"### status: {status}"] if status else []) + focus + [
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         f"### decide: plan for {obs.pending_milestone}" if kind == "plan" else "### decide: milestone",
     ]

@@ -186,6 +186,13 @@ class RLTrainer:
     def save_checkpoint(self) -> None:
         self.acc.wait_for_everyone()
         self.acc.save_state(str(self.ckpt / "state"))
+        # Every process's parameter checksum: DDP replicas must stay identical.
+        sums = self.acc.gather(torch.tensor([self.param_checksum()], dtype=torch.float64, device=self.acc.device))
+        if self.acc.is_main_process:
+            (self.ckpt / "sync.json").write_text(json.dumps({
+                "round": self.round, "num_processes": self.acc.num_processes,
+                "param_checksums": [float(x) for x in sums.cpu().tolist()],
+            }, indent=2) + "\n")
         if self.acc.is_main_process:
             tmp = self.ckpt / "round.json.tmp"
             tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir),

@@ -1,0 +1,40 @@
+"""Two real gloo processes train the same policy and stay in sync (torchrun on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, write_tiny_params
+
+from e3orch.cli import main
+
+
+@pytest.mark.slow
+def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
+    params = write_tiny_params(tmp_path, train={"rounds": 1})
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["warmstart", "--params", str(params), "--metrics", str(tmp_path / "ws.json")]) == 0
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0"}
+    proc = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "train", "--params", str(params),
+         "--no-resume", "--metrics", str(tmp_path / "rounds.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sync = json.loads((tmp_path / "models/checkpoints/sync.json").read_text())
+    assert sync["num_processes"] == 2
+    a, b = sync["param_checksums"]
+    assert a == b
+    assert (tmp_path / "models/policy/config.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    warm = AutoModelForCausalLM.from_pretrained(tmp_path / "models/warmstart")
+    assert float(sum(p.double().sum() for p in warm.parameters())) != a  # the update changed the weights
