@@ -21,6 +21,15 @@ from transformers.utils import logging as hf_logging
 from e3orch.policy.backends.base import Generation, PolicyBackend
 
 log = logging.getLogger(__name__)
+
+# transformers' from_pretrained is not thread-safe: two threads loading at once (parallel rollout
+# shards under Prefect's thread pool) fail with "Cannot copy out of meta tensor". Loads take turns.
+_LOAD_LOCK = threading.Lock()
+
+
+def load_model(path: str, dtype: Any, device: Any) -> Any:
+    with _LOAD_LOCK:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
 # Per-load "Loading weights" bars would interleave with the stages' own progress bars.
 hf_logging.disable_progress_bar()
 
@@ -63,7 +72,7 @@ class TransformersBackend(PolicyBackend):
             torch_dtype = {"auto": (torch.bfloat16 if self.device.type == "cuda" else torch.float32),
                            "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
             self.tokenizer = tokenizer or load_tokenizer(model)
-            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype).to(self.device)
+            self.model = load_model(model, torch_dtype, self.device)
         else:
             self.model, self.tokenizer = model, tokenizer
         self.model.eval()
@@ -171,7 +180,7 @@ class TransformersBackend(PolicyBackend):
         t = time.perf_counter()
         with self._lock:
             if isinstance(source, (str, Path)):
-                new = AutoModelForCausalLM.from_pretrained(str(source), dtype=self.model.dtype).to(self.device)
+                new = load_model(str(source), self.model.dtype, self.device)
                 self.model.load_state_dict(new.state_dict())
             elif isinstance(source, dict):
                 self.model.load_state_dict(source)
