@@ -81,7 +81,8 @@ def _existing_path(text: str) -> Path | None:
 
 
 def _code_fingerprint() -> list[tuple[str, int, int]]:
-    return [f for f in fingerprint(_PACKAGE) if f[0].endswith(".py")]
+    files = fingerprint(_PACKAGE)
+    return [f for f in files if f[0].endswith(".py")] if isinstance(files, list) else []
 
 
 def _looks_like_path(text: str) -> bool:
@@ -110,7 +111,7 @@ class StageCache(CachePolicy):
 
     def compute_key(self, task_ctx: TaskRunContext, inputs: dict[str, Any], flow_parameters: dict[str, Any],
                     **kwargs: Any) -> str | None:
-        keyed = INPUTS
+        keyed: CachePolicy = INPUTS
         for name in EXCLUDED_INPUTS:
             keyed = keyed - name
         files: dict[str, Any] = {}

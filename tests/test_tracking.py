@@ -48,7 +48,7 @@ def tracked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         mp.delenv("DVC_ROOT", raising=False)
         for cmd in STAGES:
             assert main([cmd[0], "--params", str(params), *cmd[1:]]) == 0, cmd
-        yield {"client": MlflowClient(uri), "work": work, "params": params, "uri": uri, "mp": mp}
+        yield {"client": MlflowClient(uri), "work": work, "params": params, "uri": uri}
 
 
 def runs(client: Any, filter_string: str = "") -> list[Any]:
@@ -94,8 +94,8 @@ def test_policy_is_a_logged_model(tracked: dict[str, Any]) -> None:
     model_id = train.data.tags["e3orch.model.policy"]
     model = client.get_logged_model(model_id)
     assert model.source_run_id == train.info.run_id and str(model.status).endswith("READY")
-    mlflow.set_tracking_uri(tracked["uri"])
-    local = Path(mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(tracked["work"] / "dl")))
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(tracked["work"] / "dl"),
+                                                     tracking_uri=tracked["uri"]))
     assert (local / "config.json").exists() and (local / "e3orch_policy.json").exists()
     # artifacts live under the store's fixed location, never in a stray ./mlruns
     assert not (tracked["work"] / "mlruns").exists()

@@ -18,8 +18,8 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import make_handwritten
-from e3orch.orchestration.types import Episode
 from e3orch.orchestration.protocol import to_handles
+from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import randomize_pool
 from e3orch.policy.prompts import render_prompt
 

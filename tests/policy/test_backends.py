@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import write_tiny_params
 
 from e3orch.config import load_params

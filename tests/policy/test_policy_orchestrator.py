@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, write_tiny_params
 
 from e3orch.cli import main

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, write_tiny_params
 
 from e3orch.cli import main
