@@ -102,11 +102,13 @@ class PolicyConfig(_Section):
 class RolloutConfig(_Section):
     """Tree-structured rollouts: branch at milestone and plan decisions."""
 
-    tasks_per_round: int = Field(64, ge=1, description="train tasks per rollout round")
+    tasks_per_round: int = Field(8, ge=1, description="train tasks per rollout round")
     branch_milestone: int = Field(2, ge=1, description="children per milestone decision while branching")
-    branch_plan: int = Field(3, ge=1, description="children per plan decision while branching")
-    branch_depth: int = Field(4, ge=0, description="decisions (from the root) at which branching is allowed")
-    leaf_budget: int = Field(12, ge=1, description="max leaves per task tree")
+    branch_plan: int = Field(2, ge=1, description="children per plan decision while branching")
+    branch_start: int = Field(2, ge=0, description="first decision depth (0 = the first milestone) that may branch")
+    branch_stride: int = Field(3, ge=1, description="then every N-th decision: spread branching along the episode")
+    branch_depth: int = Field(12, ge=0, description="no branching at or beyond this depth")
+    leaf_budget: int = Field(8, ge=1, description="max leaves per task tree")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     seed: int = 0
     out_dir: str = "data/rollouts"
@@ -170,7 +172,8 @@ class TrainConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     ppo_epochs: int = Field(1, ge=1, description="passes over each round's decisions")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")
-    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    tokens_per_microbatch: int = Field(
+        8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")

@@ -63,6 +63,8 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
 
 
 def score_stage(params: Params, rollout_dir: str | Path, out_path: str | Path) -> dict[str, Any]:
+    import polars as pl
+
     from e3orch.rewards.score import score_nodes
     from e3orch.rollout.records import SCORED_SCHEMA
 
@@ -73,8 +75,8 @@ def score_stage(params: Params, rollout_dir: str | Path, out_path: str | Path) -
     write_validated(scored, SCORED_SCHEMA, out_path)
     cols = ["performance", "cost_norm", "completeness", "reward", "advantage"]
     summary = {c: float(scored[c].mean() or 0.0) for c in cols}
-    summary.update({f"{c}_by_kind": {k: float(v) for k, v in scored.group_by("kind").agg(scored[c].mean()).iter_rows()}
-                    for c in ("reward",)})
+    summary.update({f"{c}_by_kind": {k: float(v) for k, v in scored.group_by("kind").agg(pl.col(c).mean()).iter_rows()}
+                    for c in ("reward", "advantage")})
     summary["decisions"] = len(scored)
     return summary
 

@@ -99,7 +99,9 @@ class TreeRollout:
 
     def branching(self, path: _Path, kind: str) -> int:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
-        if len(path.node_path) >= self.cfg.branch_depth:  # decisions already made on this path
+        depth = len(path.node_path)  # decisions already made on this path
+        cfg = self.cfg
+        if depth < cfg.branch_start or depth >= cfg.branch_depth or (depth - cfg.branch_start) % cfg.branch_stride:
             return 1
         room = self.cfg.leaf_budget - path.tree.paths
         return max(1, min(k, room + 1))

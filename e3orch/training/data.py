@@ -89,8 +89,9 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     }
 
 
-def completion_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Log-probs of the completion-frame tokens under ``model``: [B, K].
+def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], with_entropy: bool = False) -> Any:
+    """Log-probs of the completion-frame tokens under ``model``: [B, K] (and, with
+    ``with_entropy``, the policy's entropy at each of those positions, [B, K]).
 
     Only the last K+1 positions get logits (``logits_to_keep``): computing the vocabulary
     projection for prompt tokens would be wasted work, since the loss never reads it.
@@ -104,4 +105,8 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor]) -> torch.Ten
     )
     logits = out.logits[:, :-1].float()  # positions T-K-1 .. T-2 predict tokens T-K .. T-1
     targets = batch["input_ids"][:, -k:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(logits, dim=-1)
+    lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return lp
+    return lp, -(logp.exp() * logp).sum(-1)

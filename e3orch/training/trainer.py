@@ -15,6 +15,7 @@ run resumes and loses at most the round in flight.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -34,7 +35,7 @@ from e3orch.executors.base import ExecutorSpec
 from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame
 from e3orch.rollout.tree import RolloutResult, TreeRollout
-from e3orch.training.data import Example, collate, completion_logprobs
+from e3orch.training.data import Example, collate, completion_logprobs, make_batches
 from e3orch.training.rl import clipped_pg_loss
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class RLTrainer:
         if not (self.init_dir / "config.json").exists():
             raise FileNotFoundError(f"{self.init_dir}: no warm-start policy (run `e3orch warmstart` first)")
         cpu = not torch.cuda.is_available() or params.policy.device == "cpu"
-        self.acc = accelerator or Accelerator(cpu=cpu, gradient_accumulation_steps=self.cfg.grad_accum)
+        self.acc = accelerator or Accelerator(cpu=cpu)
         if params.policy.threads:
             torch.set_num_threads(params.policy.threads)
         torch.manual_seed(self.cfg.seed)
@@ -211,9 +212,13 @@ class RLTrainer:
         return engine.run(tasks, specs, round_id=self.round, seed=self.params.rollout.seed + self.acc.process_index)
 
     def update(self, examples: list[Example]) -> dict[str, float]:
+        """``ppo_epochs`` passes; each pass = ``minibatches`` optimizer steps (same count on every
+        process). A step's examples are cut into micro-batches of at most
+        ``train.tokens_per_microbatch`` padded tokens whose gradients accumulate, so memory stays
+        bounded however many decisions a round produced."""
         cfg = self.cfg
         rng = random.Random(self.cfg.seed * 1000 + self.round)
-        stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "steps": 0.0}
+        stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "micro": 0.0}
         pad = self.tokenizer.pad_token_id
         self.model.train()
         for _ in range(cfg.ppo_epochs):
@@ -222,33 +227,41 @@ class RLTrainer:
                     mb = [Example([pad], [pad], 0.0, [0.0], 0.0)]
                 total_w = sum(e.weight for e in mb) or 1.0
                 for e in mb:
-                    e.weight = e.weight / total_w
-                batch = {k: v.to(self.acc.device) for k, v in collate(mb, pad).items()}
-                with self.acc.accumulate(self.model):
-                    new_lp = completion_logprobs(self.model, batch)
-                    ref_lp = None
-                    if self.ref is not None:
-                        with torch.no_grad():
-                            ref_lp = completion_logprobs(self.ref, batch)
-                    parts = clipped_pg_loss(
-                        new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],
-                        batch["weight"], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
-                    )
-                    self.acc.backward(parts.loss)
-                    if self.acc.sync_gradients:
-                        self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                    self.opt.step()
-                    self.sched.step()
-                    self.opt.zero_grad(set_to_none=True)
-                stats["kl"] += parts.kl
-                stats["clip_frac"] += parts.clip_frac
-                stats["ratio_mean"] += parts.ratio_mean
-                stats["pg_loss"] += parts.pg
-                stats["tokens"] += float(batch["attention_mask"].sum())
-                stats["steps"] += 1
+                    e.weight = e.weight / total_w  # weights of one optimizer step sum to 1
+                micro = make_batches(mb, cfg.tokens_per_microbatch, rng)
+                for i, chunk in enumerate(micro):
+                    batch = {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()}
+                    last = i == len(micro) - 1
+                    ctx = contextlib.nullcontext() if last else self.acc.no_sync(self.model)
+                    with ctx:
+                        entropy = None
+                        if cfg.entropy_coef > 0:
+                            new_lp, entropy = completion_logprobs(self.model, batch, with_entropy=True)
+                        else:
+                            new_lp = completion_logprobs(self.model, batch)
+                        ref_lp = None
+                        if self.ref is not None:
+                            with torch.no_grad():
+                                ref_lp = completion_logprobs(self.ref, batch)
+                        parts = clipped_pg_loss(
+                            new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],
+                            batch["weight"], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                            entropy=entropy, entropy_coef=cfg.entropy_coef,
+                        )
+                        self.acc.backward(parts.loss)
+                    stats["kl"] += parts.kl
+                    stats["clip_frac"] += parts.clip_frac
+                    stats["ratio_mean"] += parts.ratio_mean
+                    stats["pg_loss"] += parts.pg
+                    stats["tokens"] += float(batch["attention_mask"].sum())
+                    stats["micro"] += 1
+                self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.opt.step()
+                self.sched.step()
+                self.opt.zero_grad(set_to_none=True)
         self.model.eval()
-        n = max(1.0, stats["steps"])
-        return {k: (v / n if k not in ("tokens", "steps") else v) for k, v in stats.items()}
+        n = max(1.0, stats["micro"])
+        return {k: (v / n if k not in ("tokens", "micro") else v) for k, v in stats.items()}
 
     def run_round(self, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RoundMetrics:
         rcfg = self.params.rollout

@@ -52,7 +52,8 @@ class PromptRulePolicy(PolicyBackend):
 def _run(seed: int, counter: list[int] | None = None):  # type: ignore[no-untyped-def]
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("multihop", "factcheck")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=2, branch_plan=2, branch_depth=4, leaf_budget=6, randomize_pool=True)
+    cfg = RolloutConfig(branch_milestone=2, branch_plan=2, branch_start=1, branch_stride=2, branch_depth=8,
+                        leaf_budget=6, randomize_pool=True)
     if counter is not None:
         original = SimulatedExecutor.simulate
 
@@ -88,7 +89,7 @@ def test_tree_shape_respects_budgets() -> None:
         by_tree[leaf.tree_id] = by_tree.get(leaf.tree_id, 0) + 1
     assert all(1 < n <= 6 for n in by_tree.values())
     for n in res.nodes:
-        assert n.n_siblings == 1 or n.depth < 4
+        assert n.n_siblings == 1 or (n.depth < 8 and n.depth % 2 == 1)
         assert n.leaves  # every decision has leaves below it
     # siblings share their parent and state: same prompt
     groups: dict[tuple[str, str], set[str]] = {}
