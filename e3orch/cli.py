@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # Exceptions that mean "the user gave bad input": one line, exit 2, no traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, KeyError, PermissionError)
+# OSError covers missing files, permissions, unreachable servers and offline model hubs.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError, OSError)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,7 +59,7 @@ class TransformersBackend(PolicyBackend):
         dtype: str = "auto",
         batch_size: int = 32,
         threads: int = 0,
-        chat_template: bool | None = None,
+        chat_template: bool = False,
     ) -> None:
         if threads > 0:
             torch.set_num_threads(threads)
@@ -77,7 +77,9 @@ class TransformersBackend(PolicyBackend):
             self.model, self.tokenizer = model, tokenizer
         self.model.eval()
         self.batch_size = batch_size
-        self.chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat_template is None else chat_template
+        # Policies are trained on raw prompts (warm start and RL alike), so they are prompted raw;
+        # chat formatting is only for using an instruct model as-is.
+        self.chat = chat_template and bool(getattr(self.tokenizer, "chat_template", None))
         self._lock = threading.Lock()  # one generate at a time per model
 
     # -- helpers -----------------------------------------------------------------------------
