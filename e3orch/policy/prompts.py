@@ -34,26 +34,6 @@ def render_card(obs_card, index: int) -> str:  # type: ignore[no-untyped-def]
             f"(price {p.input_per_1k:.2g}/{p.output_per_1k:.2g}, latency {lat.base_s:.2g}s)")
 
 
-def render_skill_index(cards) -> str:  # type: ignore[no-untyped-def]
-    """The cards' stated strengths per skill: ``retrieve: E2 good, E5 good, E1 strong | …``.
-
-    Derived only from the card descriptions (the same honest-but-coarse text), cheapest first. A small policy routes by reading this digest instead of matching words
-    across seven card lines; which of the listed executors is good enough for a part of a given
-    difficulty — and at what price — is still for the policy to learn.
-    """
-    from e3orch.executors.base import SKILLS
-    from e3orch.orchestration.handwritten import card_levels, price_of
-
-    names = {c.name: f"E{i + 1}" for i, c in enumerate(cards)}
-    levels = {c.name: card_levels(c) for c in cards}
-    words = {3: "strong", 2: "good", 1: "fair"}
-    parts = []
-    for skill in SKILLS:
-        ranked = sorted((c for c in cards if levels[c.name][skill] > 0), key=price_of)
-        parts.append(f"{skill}: " + (", ".join(f"{names[c.name]} {words[levels[c.name][skill]]}" for c in ranked) or "none"))
-    return " | ".join(parts)
-
-
 def render_milestone_record(i: int, rec: MilestoneRecord) -> str:
     lines = [f"M{i}: {rec.text}"]
     by_id = {s.id: s for s in rec.plan.subtasks}
@@ -61,8 +41,8 @@ def render_milestone_record(i: int, rec: MilestoneRecord) -> str:
         sub = by_id.get(r.id)
         what = (r.output if r.ok else f"ERROR {r.error}") or ""
         what = " ".join(what.split())[:MAX_OUTPUT_CHARS]
-        label = sub.instruction[:40] if sub else ""
-        lines.append(f"{r.id} {r.executor} [{label}] -> {what}")
+        label = f" [{sub.instruction[:40]}]" if sub and not _TAG_RE.search(what) else ""  # parts already named
+        lines.append(f"{r.id} {r.executor}{label} -> {what}")
     if not rec.results:
         lines.append("(no valid subtask)")
     return "\n".join(lines)
@@ -113,7 +93,6 @@ def render_prompt(
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
     head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
-    head.append("### skills: " + render_skill_index(obs.cards))
     if hint:
         head = [PROTOCOL_HINT, *head]
     head += ["### task", obs.question.strip()]
