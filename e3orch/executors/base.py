@@ -150,6 +150,15 @@ class Executor(abc.ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (HTTP clients, models)."""
 
+    def success(self, request: SubtaskRequest, output: str, *, input_tokens: int, output_tokens: int,
+                latency_s: float, empty_is_error: bool = False) -> ExecutionResult:
+        """A finished call priced from its token counts (an empty model reply can count as a failure)."""
+        cost = self.spec.cost(input_tokens, output_tokens)
+        ok = bool(output) or not empty_is_error
+        return ExecutionResult(id=request.subtask_id, executor=self.name, ok=ok, output=output, cost=cost,
+                               latency_s=latency_s, error=None if ok else "empty output",
+                               input_tokens=input_tokens, output_tokens=output_tokens)
+
     def failure(self, request: SubtaskRequest, error: str, latency_s: float = 0.0, cost: float = 0.0) -> ExecutionResult:
         return ExecutionResult(
             id=request.subtask_id, executor=self.name, ok=False, error=error, latency_s=latency_s, cost=cost

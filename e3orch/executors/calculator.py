@@ -370,14 +370,5 @@ class CalculatorExecutor(Executor):
             latency = time.perf_counter() - t0
             return self.failure(request, f"calculator: {exc}", latency, cost=self.spec.cost(n_in, 0))
         output = format_value(value)
-        n_out = estimate_tokens(output)
-        return ExecutionResult(
-            id=request.subtask_id,
-            executor=self.name,
-            ok=True,
-            output=output,
-            cost=self.spec.cost(n_in, n_out),
-            latency_s=time.perf_counter() - t0,
-            input_tokens=n_in,
-            output_tokens=n_out,
-        )
+        return self.success(request, output, input_tokens=n_in, output_tokens=estimate_tokens(output),
+                            latency_s=time.perf_counter() - t0)

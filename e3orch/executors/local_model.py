@@ -302,13 +302,8 @@ class LocalModelExecutor(Executor):
         new_ids = out[0, input_ids.shape[1]:]
         text = tok.decode(new_ids, skip_special_tokens=True).strip()
         n_in, n_out = int(input_ids.shape[1]), int(new_ids.shape[0])
-        latency = time.perf_counter() - t0
-        cost = self.spec.cost(n_in, n_out)
-        if not text:
-            return ExecutionResult(id=request.subtask_id, executor=self.name, ok=False, error="empty output",
-                                   cost=cost, latency_s=latency, input_tokens=n_in, output_tokens=n_out)
-        return ExecutionResult(id=request.subtask_id, executor=self.name, ok=True, output=text, cost=cost,
-                               latency_s=latency, input_tokens=n_in, output_tokens=n_out)
+        return self.success(request, text, input_tokens=n_in, output_tokens=n_out,
+                            latency_s=time.perf_counter() - t0, empty_is_error=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -247,12 +247,8 @@ class OpenAICompatExecutor(Executor):
             n_out = estimate_tokens(text)
             log.info("openai executor %s: response has no usage; cost from estimated tokens (%d in, %d out)",
                      self.name, n_in, n_out)
-        cost = self.spec.cost(n_in, n_out)
-        if not text:
-            return ExecutionResult(id=request.subtask_id, executor=self.name, ok=False, error="empty output",
-                                   cost=cost, latency_s=latency, input_tokens=n_in, output_tokens=n_out)
-        return ExecutionResult(id=request.subtask_id, executor=self.name, ok=True, output=text, cost=cost,
-                               latency_s=latency, input_tokens=n_in, output_tokens=n_out)
+        return self.success(request, text, input_tokens=n_in, output_tokens=n_out, latency_s=latency,
+                            empty_is_error=True)
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -147,14 +147,4 @@ class SearchExecutor(Executor):
         if not hits:
             return self.failure(request, "no passage matches the query", latency, cost=self.spec.cost(n_in, 0))
         output = format_hits(hits)
-        n_out = estimate_tokens(output)
-        return ExecutionResult(
-            id=request.subtask_id,
-            executor=self.name,
-            ok=True,
-            output=output,
-            cost=self.spec.cost(n_in, n_out),
-            latency_s=latency,
-            input_tokens=n_in,
-            output_tokens=n_out,
-        )
+        return self.success(request, output, input_tokens=n_in, output_tokens=estimate_tokens(output), latency_s=latency)
