@@ -27,6 +27,8 @@ run: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/dvc repro
 
 test: setup
+	$(VENV)/bin/ruff check e3orch tests flows
+	$(VENV)/bin/mypy
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/pytest -q -x --durations=15
 
 lint: setup

@@ -134,7 +134,7 @@ class Executor(abc.ABC):
     """
 
     kind: ClassVar[str] = ""
-    virtual_time: ClassVar[bool] = False
+    virtual_time: bool = False  # per instance: a simulated executor that really sleeps is not virtual
 
     def __init__(self, spec: ExecutorSpec) -> None:
         self.spec = spec

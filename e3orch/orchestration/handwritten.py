@@ -221,7 +221,7 @@ class RuleOrchestrator(Orchestrator):
     def plan(self, obs: Observation, parts: Sequence[Part], status: dict[str, PartStatus]) -> str:
         wanted = set(_TAG_RE.findall(obs.pending_milestone or ""))
         router = Router(obs.cards)
-        subtasks = []
+        subtasks: list[Subtask] = []
         for p in parts:
             if p.id not in wanted:
                 continue
