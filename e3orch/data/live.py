@@ -204,9 +204,9 @@ def load_records(benchmark: str, source: str | Path | None = None) -> list[dict[
     base = os.environ.get(DATA_DIR_ENV) or str(DEFAULT_DATA_DIR)
     hub = HUB_DEFAULTS[benchmark]
     raise FileNotFoundError(
-        f"{benchmark}: no data: pass --data PATH (JSONL/Parquet with fields {_FIELDS[benchmark]}), "
-        f"put {base}/{benchmark}.jsonl in place (or set ${DATA_DIR_ENV}), or pass a hub id such as "
-        f"{hub.repo} (needs `datasets` and network)"
+        f"{benchmark}: no data: set live.sources.{benchmark} in params.yaml (or --data PATH) to a JSONL/Parquet "
+        f"file with fields {_FIELDS[benchmark]}, put {base}/{benchmark}.jsonl in place (or set ${DATA_DIR_ENV}), "
+        f"or use a hub id such as {hub.repo} (needs `datasets` and network)"
     )
 
 
