@@ -34,6 +34,7 @@ class Demo:
     kind: str
     prompt: str
     completion: str
+    obs: Observation | None = None  # what the teacher saw: prompts can be re-rendered with a token budget
     correct: bool = False
     cost: float = 0.0
 
@@ -48,12 +49,12 @@ class Recorder(Orchestrator):
         self.inner = inner
         self.handles = handles
         self.name = inner.name
-        self.records: list[tuple[str, str, str]] = []
+        self.records: list[tuple[str, Observation, str]] = []
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
         taught = to_handles(text, [c.name for c in obs.cards]) if self.handles and kind == "plan" else text
-        self.records.append((kind, render_prompt(obs, kind), taught))
+        self.records.append((kind, obs, taught))
         return text
 
 
@@ -76,7 +77,8 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
         rec = Recorder(make_handwritten(teacher, pool.names, seed=seed))
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id))
         episodes.append(ep)
-        demos.extend(Demo(task.task_id, teacher, k, p, c, ep.correct, ep.cost) for k, p, c in rec.records)
+        demos.extend(Demo(task.task_id, teacher, k, render_prompt(o, k), c,  # type: ignore[arg-type]
+                          obs=o, correct=ep.correct, cost=ep.cost) for k, o, c in rec.records)
 
     await asyncio.gather(*(one(t) for t in tasks))
     return demos, episodes
