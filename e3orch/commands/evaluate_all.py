@@ -25,7 +25,12 @@ def run(args: argparse.Namespace) -> int:
     params = params_from(args)
     policies = {"e3orch": args.policy or params.train.out_dir, "warmstart": args.warmstart or params.warmstart.out_dir}
     tasks = sim_tasks(params, params.evaluate.split)
-    n_systems = 2 * (len(policies) + len(params.evaluate.baselines) + 8)
+    from e3orch.evaluation.stage import system_names
+    from e3orch.executors.base import load_pool_specs
+
+    pools = (params.evaluate.executors, params.evaluate.transfer_executors)
+    n_systems = sum(len(system_names(params, [s.name for s in load_pool_specs(resolve_pool_path(p))], policies))
+                    for p in pools)
     out_dir = args.out or params.evaluate.out_dir
     with stage_run("evaluate", params) as tracker:
         with count_progress("evaluating systems", n_systems) as advance:
