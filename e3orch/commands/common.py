@@ -15,11 +15,14 @@ DEFAULT_POOL = "configs/executors/default.yaml"
 
 
 def add_params_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml; missing = defaults)")
+    p.add_argument("--params", default=None, help="params file (default: ./params.yaml, all defaults when absent)")
 
 
 def params_from(args: argparse.Namespace) -> Params:
-    return load_params(getattr(args, "params", "params.yaml"))
+    path = getattr(args, "params", None)
+    if path is not None and not Path(path).exists():
+        raise FileNotFoundError(f"params file not found: {path}")
+    return load_params(path or "params.yaml")
 
 
 def resolve_pool_path(path: str | None) -> Path:
