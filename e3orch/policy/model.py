@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from e3orch.config import Params
 
@@ -88,4 +89,22 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
             "tokenizer_texts": len(texts), "seed": seed}
     (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
     log.info("created default policy in %s (%d params)", out, n_params)
+    return out
+
+
+def save_policy_dir(model: Any, tokenizer: Any, out: str | Path, init_dir: str | Path, **meta_update: Any) -> Path:
+    """Replace ``out`` with a save_pretrained policy (model + tokenizer) and its
+    ``e3orch_policy.json``: the metadata of ``init_dir`` updated with ``meta_update``."""
+    import shutil
+
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    src = Path(init_dir) / "e3orch_policy.json"
+    meta = json.loads(src.read_text()) if src.exists() else {}
+    meta.update(meta_update)
+    (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -336,15 +335,10 @@ class RLTrainer:
         out = Path(out_dir)
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            if out.exists():
-                shutil.rmtree(out)
-            out.mkdir(parents=True)
-            self.acc.unwrap_model(self.model).save_pretrained(out)
-            self.tokenizer.save_pretrained(out)
-            meta_src = self.init_dir / "e3orch_policy.json"
-            meta = json.loads(meta_src.read_text()) if meta_src.exists() else {}
-            meta.update({"name": name, "rounds": self.round, "init": str(self.init_dir)})
-            (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+            from e3orch.policy.model import save_policy_dir
+
+            save_policy_dir(self.acc.unwrap_model(self.model), self.tokenizer, out, self.init_dir,
+                            name=name, rounds=self.round, init=str(self.init_dir))
         self.acc.wait_for_everyone()
         return out
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ def warmstart(
     from transformers import AutoModelForCausalLM
 
     from e3orch.policy.backends.hf import load_tokenizer
-    from e3orch.policy.model import create_default_policy
+    from e3orch.policy.model import create_default_policy, save_policy_dir
 
     cfg = params.warmstart
     if params.policy.threads:
@@ -86,14 +84,6 @@ def warmstart(
     for d in demos:
         info["teachers"][d.teacher.split(":")[0]] += 1
     if acc.is_main_process:
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
-        acc.unwrap_model(model).save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        meta_src = init / "e3orch_policy.json"
-        meta = json.loads(meta_src.read_text()) if meta_src.exists() else {}
-        meta.update({"name": "warmstart", "warmstart": info})
-        (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+        save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, name="warmstart", warmstart=info)
     acc.wait_for_everyone()
     return out, stats, info
