@@ -270,35 +270,10 @@ class RLTrainer:
 
         res = self.rollout(mine, specs)
         t = time.perf_counter()
-        scored = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), self.params.rewards)
+        leaves = leaves_frame(res.leaves)
+        scored = score_nodes(nodes_frame(res.nodes), leaves, self.params.rewards)
         t_score = time.perf_counter() - t
-        examples = examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len)
-        t = time.perf_counter()
-        up = self.update(examples)
-        t_update = time.perf_counter() - t
-        t_sync = self.sync_weights()
-        self.round += 1
-        leaves = res.leaves
-        n_leaves = max(1, len(leaves))
-        gen_tokens = res.generated_tokens
-        total_time = res.generate_s + res.execute_s + t_score + t_update + t_sync
-        return RoundMetrics(
-            round=self.round,
-            accuracy=sum(x.correct for x in leaves) / n_leaves,
-            cost=sum(x.cost for x in leaves) / n_leaves,
-            reward=float(scored["reward"].mean() or 0.0),
-            performance=float(scored["performance"].mean() or 0.0),
-            cost_norm=float(scored["cost_norm"].mean() or 0.0),
-            completeness=float(scored["completeness"].mean() or 0.0),
-            defects_per_decision=float(scored["defects"].list.len().mean() or 0.0),
-            kl=up["kl"], clip_frac=up["clip_frac"], ratio_mean=up["ratio_mean"], pg_loss=up["pg_loss"],
-            n_decisions=len(res.nodes), n_leaves=len(leaves), sharing_ratio=res.sharing()["sharing_ratio"],
-            generated_tokens=gen_tokens, update_tokens=int(up["tokens"]),
-            time_generate_s=res.generate_s, time_execute_s=res.execute_s, time_score_s=t_score,
-            time_update_s=t_update, time_sync_s=t_sync,
-            completion_tokens_per_s=gen_tokens / total_time if total_time > 0 else 0.0,
-            update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
-        )
+        return self._update_round(scored, leaves, rollout=res, t_score=t_score)
 
     def update_from_scored(self, path: str | Path, leaves_path: str | Path | None = None) -> RoundMetrics:
         """Round 1 from a scored rollout file written by the score stage (same warm-start weights)."""
@@ -306,29 +281,43 @@ class RLTrainer:
 
         scored = read_validated(path, SCORED_SCHEMA)
         trees = sorted(set(scored["tree_id"].to_list()))
-        mine = set(trees[self.acc.process_index :: self.acc.num_processes])
-        scored = scored.filter(pl.col("tree_id").is_in(list(mine)))
-        leaves = (read_validated(leaves_path, LEAF_SCHEMA).filter(pl.col("tree_id").is_in(list(mine)))
-                  if leaves_path else None)
+        mine = list(trees[self.acc.process_index :: self.acc.num_processes])
+        scored = scored.filter(pl.col("tree_id").is_in(mine))
+        leaves = read_validated(leaves_path, LEAF_SCHEMA).filter(pl.col("tree_id").is_in(mine)) if leaves_path else None
+        m = self._update_round(scored, leaves)
+        m.extra["source"] = str(path)
+        return m
+
+    def _update_round(self, scored: pl.DataFrame, leaves: pl.DataFrame | None, *,
+                      rollout: RolloutResult | None = None, t_score: float = 0.0) -> RoundMetrics:
+        """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
         up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len))
         t_update = time.perf_counter() - t
         t_sync = self.sync_weights()
         self.round += 1
         n_leaves = len(leaves) if leaves is not None else 0
+        gen_s, exec_s = (rollout.generate_s, rollout.execute_s) if rollout else (0.0, 0.0)
+        gen_tokens = int(scored["token_ids"].list.len().sum() or 0)
+        total_time = gen_s + exec_s + t_score + t_update + t_sync
         return RoundMetrics(
             round=self.round,
-            accuracy=float(leaves["correct"].mean() or 0.0) if n_leaves else 0.0,
-            cost=float(leaves["cost"].mean() or 0.0) if n_leaves else 0.0,
-            reward=float(scored["reward"].mean() or 0.0), performance=float(scored["performance"].mean() or 0.0),
-            cost_norm=float(scored["cost_norm"].mean() or 0.0), completeness=float(scored["completeness"].mean() or 0.0),
+            accuracy=float(leaves["correct"].mean() or 0.0) if n_leaves else 0.0,  # type: ignore[index]
+            cost=float(leaves["cost"].mean() or 0.0) if n_leaves else 0.0,  # type: ignore[index]
+            reward=float(scored["reward"].mean() or 0.0),
+            performance=float(scored["performance"].mean() or 0.0),
+            cost_norm=float(scored["cost_norm"].mean() or 0.0),
+            completeness=float(scored["completeness"].mean() or 0.0),
             defects_per_decision=float(scored["defects"].list.len().mean() or 0.0),
             kl=up["kl"], clip_frac=up["clip_frac"], ratio_mean=up["ratio_mean"], pg_loss=up["pg_loss"],
-            n_decisions=len(scored), n_leaves=n_leaves, sharing_ratio=0.0,
-            generated_tokens=int(scored["token_ids"].list.len().sum() or 0), update_tokens=int(up["tokens"]),
-            time_generate_s=0.0, time_execute_s=0.0, time_score_s=0.0, time_update_s=t_update, time_sync_s=t_sync,
+            n_decisions=len(scored), n_leaves=n_leaves,
+            sharing_ratio=rollout.sharing()["sharing_ratio"] if rollout else 0.0,
+            generated_tokens=gen_tokens, update_tokens=int(up["tokens"]),
+            time_generate_s=gen_s, time_execute_s=exec_s, time_score_s=t_score,
+            time_update_s=t_update, time_sync_s=t_sync,
+            # only a round that generated its own completions has an end-to-end generation rate
+            completion_tokens_per_s=gen_tokens / total_time if rollout and total_time > 0 else 0.0,
             update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
-            extra={"source": str(path)},
         )
 
     def save_policy(self, out_dir: str | Path, name: str = "e3orch") -> Path:
