@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,14 +76,12 @@ def warmstart(
         "demonstrations": len(demos),
         "teacher_episodes": len(episodes),
         "teacher_accuracy": sum(e.correct for e in episodes) / max(1, len(episodes)),
-        "teachers": dict(sorted({d.teacher.split(":")[0]: 0 for d in demos}.items())),
+        "teachers": dict(sorted(Counter(d.teacher.split(":")[0] for d in demos).items())),
         "steps": stats.steps,
         "final_loss": stats.final_loss,
         "tokens": stats.tokens,
         "seconds": stats.seconds,
     }
-    for d in demos:
-        info["teachers"][d.teacher.split(":")[0]] += 1
     if acc.is_main_process:
         save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, name="warmstart", warmstart=info)
     acc.wait_for_everyone()
