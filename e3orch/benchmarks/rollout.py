@@ -56,11 +56,8 @@ def bench_rollout(params_path: str = "params.yaml", quick: bool = False, threads
     with tempfile.TemporaryDirectory() as tmp:
         policy, source = _policy_dir(params, tmp)
         backend = TransformersBackend(policy, batch_size=64)
-        pc = params.policy
         tasks = random.Random(0).sample(sim_tasks(params, "train"), 8 if quick else 24)
-        engine = TreeRollout(backend, params.engine, params.rollout, temperature=pc.temperature, top_p=pc.top_p,
-                             max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-                             max_prompt_tokens=pc.max_prompt_tokens)
+        engine = TreeRollout.from_params(backend, params)
         specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
         t = time.perf_counter()
         res = engine.run(tasks, specs, seed=params.rollout.seed)

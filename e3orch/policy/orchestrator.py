@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
-from e3orch.policy.backends.base import Generation, PolicyBackend, make_backend
+from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import render_prompt
 
 
@@ -83,10 +83,7 @@ class PolicyOrchestrator(Orchestrator):
 
         params = params or load_params()
         pc = params.policy
-        backend = make_backend(
-            pc.backend, str(path), **({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size}
-                                      if pc.backend == "transformers" else {"base_url": pc.vllm_url})
-        )
+        backend = backend_from_params(pc, path)
         settings = DecodeSettings(
             temperature=overrides.get("temperature", pc.eval_temperature),
             top_p=pc.top_p,

@@ -29,23 +29,18 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     ``shard=(i, n)`` runs only every n-th task starting at i (Prefect/Ray run shards in parallel;
     :func:`merge_rollouts` joins them). The same (round, seed) gives the same sample and trees.
     """
-    from e3orch.policy.backends.base import make_backend
+    from e3orch.policy.backends.base import backend_from_params
     from e3orch.rollout.tree import TreeRollout
 
-    pc, rc = params.policy, params.rollout
-    opts = ({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size}
-            if pc.backend == "transformers" else {"base_url": pc.vllm_url})
-    backend = make_backend(pc.backend, str(policy_dir), **opts)
+    rc = params.rollout
+    backend = backend_from_params(params.policy, policy_dir)
     rng = random.Random(stable_seed("rollout-stage", rc.seed, round_id))
     tasks = rng.sample(list(train_tasks), min(rc.tasks_per_round, len(train_tasks)))
     index, count = shard
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} out of range for {count} shards")
     tasks = tasks[index::count]
-    engine = TreeRollout(backend, params.engine, rc, temperature=pc.temperature, top_p=pc.top_p,
-                         max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-                         max_prompt_tokens=pc.max_prompt_tokens)
-    res = engine.run(tasks, specs, round_id=round_id, seed=rc.seed)
+    res = TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=rc.seed)
     out = Path(out_dir)
     write_validated(nodes_frame(res.nodes), NODE_SCHEMA, out / "nodes.parquet")
     write_validated(leaves_frame(res.leaves), LEAF_SCHEMA, out / "leaves.parquet")

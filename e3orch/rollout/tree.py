@@ -97,6 +97,14 @@ class TreeRollout:
         self.max_new_tokens = max_new_tokens or {"milestone": 24, "plan": 160}
         self.max_prompt_tokens = max_prompt_tokens
 
+    @classmethod
+    def from_params(cls, backend: PolicyBackend, params: Any) -> TreeRollout:
+        """The rollout engine as ``params.policy`` (decoding), ``engine`` and ``rollout`` configure it."""
+        pc = params.policy
+        return cls(backend, params.engine, params.rollout, temperature=pc.temperature, top_p=pc.top_p,
+                   max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
+                   max_prompt_tokens=pc.max_prompt_tokens)
+
     def branching(self, path: _Path, kind: str) -> int:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
         depth = len(path.node_path)  # decisions already made on this path

@@ -201,13 +201,7 @@ class RLTrainer:
 
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
-        pc = self.params.policy
-        engine = TreeRollout(
-            self.backend, self.params.engine, self.params.rollout,
-            temperature=pc.temperature, top_p=pc.top_p,
-            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-            max_prompt_tokens=pc.max_prompt_tokens,
-        )
+        engine = TreeRollout.from_params(self.backend, self.params)
         return engine.run(tasks, specs, round_id=self.round, seed=self.params.rollout.seed + self.acc.process_index)
 
     def update(self, examples: list[Example]) -> dict[str, float]:

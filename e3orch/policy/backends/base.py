@@ -69,3 +69,10 @@ def make_backend(kind: str, model: str, **options: Any) -> PolicyBackend:
         raise ValueError(f"unknown policy backend {kind!r}; known: {', '.join(_BACKENDS)}")
     module, cls = _BACKENDS[kind].split(":")
     return getattr(importlib.import_module(module), cls)(model, **options)
+
+
+def backend_from_params(pc: Any, model: str | Any) -> PolicyBackend:
+    """The backend ``policy`` params select, for a checkpoint directory or model id."""
+    opts = ({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size}
+            if pc.backend == "transformers" else {"base_url": pc.vllm_url})
+    return make_backend(pc.backend, str(model), **opts)
