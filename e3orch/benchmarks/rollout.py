@@ -5,8 +5,11 @@
   (every leaf re-running its whole path). ``sharing_ratio`` = tree / independent.
 * ``tokens_per_s_batch1`` vs ``tokens_per_s_batched``: the same real frontier prompts (plan
   decisions recorded in the rollout), generated one at a time and then all in one batched call,
-  each completion exactly ``gen_tokens`` long (EOS suppressed) so both sides do equal work.
-  Prefill is included in both.
+  each completion exactly ``gen_tokens`` long (EOS suppressed) so both sides decode the same
+  number of tokens. Both go through the same ``TransformersBackend.generate``, prefill included.
+  In the batched call, prompts that begin alike (a task's executor cards and history; identical
+  prompts) prefill their shared leading tokens once; a prompt generated alone has nothing to
+  share them with. Decoding attends to every prompt in full on both sides.
 """
 
 from __future__ import annotations
