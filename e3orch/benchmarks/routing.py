@@ -40,7 +40,6 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     from e3orch.config import load_params
     from e3orch.executors.base import load_pool_specs
     from e3orch.policy.backends.hf import TransformersBackend
-    from e3orch.policy.prompts import render_prompt
     from e3orch.training.demos import collect_demonstrations
     from e3orch.training.warmstart import warmstart
 
@@ -56,15 +55,12 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
         params = base.model_copy(update={"warmstart": ws, "policy": base.policy.model_copy(update={"init_dir": f"{tmp}/init"})})
         out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=f"{tmp}/warmstart")
         backend = TransformersBackend(str(out), batch_size=base.policy.batch_size)
-
-        def count(text: str) -> int:
-            return backend.count_tokens(text)
-
-        budget = base.policy.max_prompt_tokens
+        count, budget = backend.count_tokens, base.policy.max_prompt_tokens
         plans = [d for d in demos if d.kind == "plan" and d.obs is not None]
         miles = [d for d in demos if d.kind == "milestone" and d.obs is not None]
-        plan_prompts = [render_prompt(d.obs, "plan", count_tokens=count, max_tokens=budget) for d in plans]  # type: ignore[arg-type]
-        mile_prompts = [render_prompt(d.obs, "milestone", count_tokens=count, max_tokens=budget) for d in miles]  # type: ignore[arg-type]
+        # the prompts warm start trained on and the policy meets at inference
+        plan_prompts = [d.budgeted_prompt(count, budget) for d in plans]
+        mile_prompts = [d.budgeted_prompt(count, budget) for d in miles]
         got_p = [g[0].text for g in backend.generate(plan_prompts, temperature=0.0, max_new_tokens=base.policy.max_new_tokens_plan)]
         got_m = [g[0].text for g in backend.generate(mile_prompts, temperature=0.0,
                                                      max_new_tokens=base.policy.max_new_tokens_milestone)]

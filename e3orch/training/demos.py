@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from e3orch.config import EngineConfig
@@ -37,6 +37,13 @@ class Demo:
     obs: Observation | None = None  # what the teacher saw: prompts can be re-rendered with a token budget
     correct: bool = False
     cost: float = 0.0
+
+    def budgeted_prompt(self, count_tokens: Callable[[str], int], max_tokens: int) -> str:
+        """The prompt with the history trimming the policy meets at inference (oldest milestones
+        dropped first until it fits ``max_tokens``)."""
+        if self.obs is None:
+            return self.prompt
+        return render_prompt(self.obs, self.kind, count_tokens=count_tokens, max_tokens=max_tokens)  # type: ignore[arg-type]
 
 
 class Recorder(Orchestrator):

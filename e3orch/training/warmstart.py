@@ -13,7 +13,6 @@ from e3orch.config import Params
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
-from e3orch.policy.prompts import render_prompt
 from e3orch.training.data import encode_pair
 from e3orch.training.demos import collect_demonstrations
 from e3orch.training.sft import SFTStats, sft_train
@@ -55,9 +54,7 @@ def warmstart(
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     for d in demos:
-        # the same history trimming the policy meets at inference (oldest milestones dropped first)
-        prompt = render_prompt(d.obs, d.kind, count_tokens=count, max_tokens=budget) if d.obs else d.prompt  # type: ignore[arg-type]
-        e = encode_pair(tokenizer, prompt, d.completion, cfg.max_seq_len)
+        e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), d.completion, cfg.max_seq_len)
         if e is None:
             continue
         # An episode has one answer decision and many milestone/plan decisions; without
