@@ -4,12 +4,14 @@ The warm start of ``params.yaml`` (same model shape, tokenizer, prompts, SFT set
 randomised pools) is run with one teacher only, the heuristic, so that its routing is a single
 consistent rule the policy could copy. On held-out eval tasks the policy then makes the plan
 decisions the heuristic made (greedy, same prompts) and the probe counts how often its first
-subtask names the same card:
+subtask names the same executor — as a card handle (``E3``) with ``policy.prompt: full``, as a
+menu rank (``#2``) with ``compact``:
 
-* ``handle_agreement``: the policy's first card = the heuristic's;
-* ``majority_agreement``: what always naming the most common handle of these decisions would
-  score (the best constant answer), and ``uniform_chance``: the mean of 1 / pool size (what a card drawn at random
-  would score). A policy that reads cards is far above both;
+* ``handle_agreement``: the policy's first executor reference = the heuristic's;
+* ``majority_agreement``: what always giving the most common reference of these decisions would
+  score (the best constant answer), and ``uniform_chance``: the mean of 1 / number of options
+  (cards, or the first part's menu; what a random choice would score). A policy that reads
+  cards is far above both;
 * ``plan_exact`` / ``milestone_exact``: whole decisions equal to the heuristic's.
 
 It is a measurement, not a test: it trains a model (minutes on CPU).
@@ -39,6 +41,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     from e3orch.commands.common import resolve_pool_path, sim_tasks
     from e3orch.config import load_params
     from e3orch.executors.base import load_pool_specs
+    from e3orch.orchestration.reading import part_menus
     from e3orch.policy.backends.hf import TransformersBackend
     from e3orch.training.demos import collect_demonstrations
     from e3orch.training.warmstart import warmstart
@@ -50,7 +53,8 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     specs = load_pool_specs(resolve_pool_path(base.evaluate.executors))
     held_out = sim_tasks(base, "eval")
     held_out = held_out[:: max(1, len(held_out) // eval_tasks)][:eval_tasks]
-    demos, _ = collect_demonstrations(held_out, specs, base.engine, seed=ws.seed + 1, mix={"heuristic": 1.0})
+    demos, _ = collect_demonstrations(held_out, specs, base.engine, seed=ws.seed + 1, mix={"heuristic": 1.0},
+                                      style=base.policy.prompt)
     with tempfile.TemporaryDirectory() as tmp:
         params = base.model_copy(update={"warmstart": ws, "policy": base.policy.model_copy(update={"init_dir": f"{tmp}/init"})})
         out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=f"{tmp}/warmstart")
@@ -66,6 +70,13 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
                                                      max_new_tokens=base.policy.max_new_tokens_milestone)]
         mean_prompt = sum(count(p) for p in plan_prompts) / max(1, len(plan_prompts))
 
+    def options(d: Any) -> int:
+        if base.policy.prompt != "compact":
+            return len(d.obs.cards)
+        tag = re.search(r"\bP\d+\b", d.completion)
+        menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])
+        return max(1, len(menu)) if menu else len(d.obs.cards)
+
     def agree(a: str | None, b: str | None) -> bool:
         return a is not None and a == b
 
@@ -77,7 +88,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
         "handle_agreement": round(sum(agree(first_executor(g), w) for g, w in zip(got_p, want)) / n, 3),
         "majority_agreement": round(sum(agree(top, w) for w in want) / n, 3),
         "majority_handle": top,
-        "uniform_chance": round(sum(1 / len(d.obs.cards) for d in plans if d.obs) / n, 3),
+        "uniform_chance": round(sum(1 / options(d) for d in plans) / n, 3),
         "plan_exact": round(sum(g.strip() == d.completion.strip() for g, d in zip(got_p, plans)) / n, 3),
         "milestone_exact": round(sum(g.strip() == d.completion.strip() for g, d in zip(got_m, miles)) / max(1, len(miles)), 3),
         "plan_decisions": len(plans),

@@ -26,105 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from e3orch.data.sim import stable_seed
-from e3orch.executors.base import SKILLS, ExecutorSpec
+from e3orch.executors.base import ExecutorSpec
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import render_answer, render_milestone, render_plan
+from e3orch.orchestration.reading import SKILL_WORDS, Part, card_levels, parse_parts, price_of
 from e3orch.orchestration.types import Subtask
 
-_PART_RE = re.compile(r"^\s*(P\d+)\s*:\s*(.*?)\s*$")
-_USING_RE = re.compile(r",?\s*using\s+(.+?)\.?\s*$", re.I)
-_SINK_RE = re.compile(r"result of\s+(P\d+)", re.I)
 _RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
 _TAG_RE = re.compile(r"\bP\d+\b")
-
-_SKILL_WORDS: dict[str, tuple[str, ...]] = {
-    "retrieve": ("look up", "find", "retrieve", "search", "lookup"),
-    "compute": ("calculate", "compute", "work out", "evaluate", "arithmetic"),
-    "code": ("write", "implement", "program", "code", "function"),
-    "reason": ("decide", "judge", "infer", "reason", "determine", "verify"),
-}
-_HARD_WORDS = ("tricky", "hard", "obscure", "demanding", "difficult", "complex")
-_EASY_WORDS = ("quick", "simple", "easy", "routine", "trivial")
-_LEVEL_WORDS = {
-    "strongest": 3, "strong": 3, "exact": 3, "excellent": 3, "expert": 3,
-    "good": 2, "decent": 2, "solid": 2,
-    "fair": 1, "okay": 1, "basic": 1,
-    "weak": 0, "poor": 0, "useless": 0, "bad": 0,
-}
-_LEVEL_ALT = "|".join(_LEVEL_WORDS)
-# "strong at code, good at compute" → ("strong", "code, "), ("good", "compute"): a list ends at ; . or the next level word
-_LEVEL_RE = re.compile(
-    rf"\b({_LEVEL_ALT})\s+(?:at|for|in|on)\s+((?:(?!\b(?:{_LEVEL_ALT})\b)[^;.])+)", re.I
-)
-_DIFF_PREFIX_RE = re.compile(r"^\((\w+)\)\s*")
-_SKILL_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "retrieve": ("retrieve", "retrieval", "lookup", "search"),
-    "compute": ("compute", "math", "arithmetic", "calculation"),
-    "code": ("code", "coding", "programming"),
-    "reason": ("reason", "reasoning", "logic"),
-}
-
-
-@dataclass(frozen=True)
-class Part:
-    id: str
-    skill: str
-    difficulty: int  # 0 easy, 1 medium, 2 hard (as cued by the text)
-    deps: tuple[str, ...]
-    text: str
-
-
-def parse_parts(question: str) -> tuple[list[Part], str | None]:
-    """The numbered parts of a task text and the part the final answer names."""
-    parts: list[Part] = []
-    for line in question.splitlines():
-        m = _PART_RE.match(line)
-        if not m:
-            continue
-        pid, body = m.group(1), m.group(2)
-        low = body.lower()
-        deps: tuple[str, ...] = ()
-        u = _USING_RE.search(body)
-        if u:
-            deps = tuple(_TAG_RE.findall(u.group(1)))
-        verb = _DIFF_PREFIX_RE.sub("", low)
-        # The leading verb names the skill ("Write and test code that computes …" is code, not compute).
-        skill = next((s for s, words in _SKILL_WORDS.items() if any(verb.startswith(w) for w in words)), None) or next(
-            (s for s, words in _SKILL_WORDS.items() if any(w in low for w in words)), "reason"
-        )
-        # The difficulty cue is the leading "(word)"; a verb such as "Program a routine that" must not count.
-        cue_m = _DIFF_PREFIX_RE.match(low)
-        cue = cue_m.group(1) if cue_m else ""
-        difficulty = 2 if cue in _HARD_WORDS else 0 if cue in _EASY_WORDS else 1
-        parts.append(Part(pid, skill, difficulty, deps, body))
-    sink = _SINK_RE.search(question)
-    return parts, (sink.group(1) if sink else (parts[-1].id if parts else None))
-
-
-def card_levels(spec: ExecutorSpec) -> dict[str, int]:
-    """Skill → level (0 weak … 3 strong) as the card's description states it."""
-    desc = spec.description.lower()
-    general = "general" in desc
-    levels = {s: (1 if general else 0) for s in SKILLS}
-    stated: set[str] = set()
-    for m in _LEVEL_RE.finditer(desc):
-        level, what = _LEVEL_WORDS[m.group(1).lower()], m.group(2)
-        if any(w in what for w in ("every skill", "all skills", "everything", "anything")):
-            # "useless for anything else" covers only the skills not stated so far
-            rest = [s for s in SKILLS if s not in stated] if "else" in what else list(SKILLS)
-            for s in rest:
-                levels[s] = level
-            continue
-        for s, words in _SKILL_SYNONYMS.items():
-            if any(w in what for w in words):
-                levels[s] = level
-                stated.add(s)
-    return levels
-
-
-def price_of(spec: ExecutorSpec) -> float:
-    # Outputs dominate agent calls; weigh them as a typical 1:2 input:output call would.
-    return spec.price.input_per_1k + 2.0 * spec.price.output_per_1k
 
 
 @dataclass
@@ -248,7 +157,7 @@ class RuleOrchestrator(Orchestrator):
         if "def " in obs.question and '"""' in obs.question:
             skill, instruction = "code", "Complete this Python function; reply with the code only: {task}"
         else:
-            skill = next((s for s, words in _SKILL_WORDS.items() if any(w in q for w in words)), "reason")
+            skill = next((s for s, words in SKILL_WORDS.items() if any(w in q for w in words)), "reason")
             instruction = "Answer the question; end with the final answer: {task}"
         executor = self.only or (router.strongest(skill) if obs.history else router.cheapest_good_enough(skill, 1))
         return render_plan([Subtask("S1", executor, instruction)])

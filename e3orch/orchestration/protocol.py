@@ -15,8 +15,11 @@ Three decisions, each a short block of text:
   instruction. Independent subtasks run in parallel; a subtask receives its dependencies' outputs.
   An instruction is one line; ``{task}`` in it stands for the task's full text (e.g. a
   multi-line function to complete), expanded when the subtask runs. The executor may be named
-  by its card handle instead (``E3`` = the third card of *this* prompt): a pointer into the
-  cards shown, not a fixed output per executor, so it transfers to any pool.
+  by its card handle instead (``E3`` = the third card of *this* prompt), or — for a task with
+  numbered parts — by its rank in the menu of the part the instruction names (``#2`` = the
+  second-cheapest executor whose card claims at least a fair level at that part's skill, see
+  :mod:`e3orch.orchestration.reading`). Both are pointers into the cards shown, not a fixed
+  output per executor, so they transfer to any pool.
 
 The parser never raises on model output. Whatever it cannot use becomes a :class:`Defect`
 (what the completeness reward penalises) and is dropped, so a partly broken plan still runs
@@ -29,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from e3orch.orchestration.reading import menu_rank, resolve_menu_ref
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
 
 _MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
@@ -98,17 +102,35 @@ def to_handles(plan_text: str, executors: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]]) -> str:
+    """Rewrite a plan's executors as menu ranks (``#2``) where the line's part menu lists them and
+    as card handles (``E3``) otherwise: how the small policy is taught to point with the compact prompt."""
+    lines = []
+    for line in to_handles(plan_text, executors).splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4:
+            name = resolve_executor(parts[1].strip(), executors)
+            rank = menu_rank(name, parts[3], menus, executors) if name else None
+            if rank is not None:
+                parts[1] = f" #{rank} "
+                line = "|".join(parts)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def parse_plan(
     text: str,
     executors: Sequence[str],
     *,
     max_subtasks: int = 8,
+    menus: dict[str, list[int]] | None = None,
 ) -> Plan:
     """Parse and validate a plan; returns the usable subtasks and every defect found.
 
     Validation: known executors, unique ids, non-empty instructions, deps that exist and are not
     the subtask itself, an acyclic graph (subtasks on a cycle are dropped), at most
-    ``max_subtasks`` subtasks (extra ones dropped).
+    ``max_subtasks`` subtasks (extra ones dropped). ``menus`` (part id → card indices, from
+    :func:`~e3orch.orchestration.reading.part_menus`) lets a line name its executor as ``#k``.
     """
     defects: list[Defect] = []
     raw: list[Subtask] = []
@@ -129,6 +151,8 @@ def parse_plan(
             defects.append(Defect("duplicate_id", sid))
             continue
         resolved = resolve_executor(executor, executors)
+        if resolved is None and menus:
+            resolved = resolve_menu_ref(executor, instruction, menus, executors)
         if resolved is None:
             defects.append(Defect("unknown_executor", executor[:40]))
             continue

@@ -62,7 +62,7 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     cfg = params.policy.model
     tasks = sim_tasks(params, "train")[:: max(1, len(sim_tasks(params, "train")) // params.policy.tokenizer_tasks)]
     specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
-    demos, _ = collect_demonstrations(tasks, specs, params.engine, seed=seed)
+    demos, _ = collect_demonstrations(tasks, specs, params.engine, seed=seed, style=params.policy.prompt)
     texts = [d.prompt + d.completion for d in demos]
     tokenizer = train_tokenizer(texts, cfg.vocab_size)
     torch.manual_seed(seed)
@@ -85,7 +85,7 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
-    meta = {"kind": "e3orch-default-policy", "params": n_params, "vocab_size": len(tokenizer),
+    meta = {"kind": "e3orch-default-policy", "params": n_params, "vocab_size": len(tokenizer), "prompt": params.policy.prompt,
             "tokenizer_texts": len(texts), "seed": seed}
     (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
     log.info("created default policy in %s (%d params)", out, n_params)

@@ -17,7 +17,7 @@ from typing import Any
 
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
-from e3orch.policy.prompts import render_prompt
+from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
 
 @dataclass
@@ -26,6 +26,7 @@ class DecodeSettings:
     top_p: float = 1.0
     max_new_tokens: dict[str, int] = field(default_factory=lambda: {"milestone": 24, "plan": 160})
     max_prompt_tokens: int = 1024
+    prompt_style: PromptStyle = "full"
 
 
 class MicroBatcher:
@@ -89,12 +90,14 @@ class PolicyOrchestrator(Orchestrator):
             top_p=pc.top_p,
             max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
             max_prompt_tokens=pc.max_prompt_tokens,
+            prompt_style=policy_prompt_style(backend, pc.prompt),
         )
         name = overrides.get("name") or _checkpoint_name(path)
         return cls(backend, settings, name=name, seed=seed)
 
     def prompt(self, obs: Observation, kind: DecisionType) -> str:
-        return render_prompt(obs, kind, count_tokens=self.backend.count_tokens, max_tokens=self.settings.max_prompt_tokens)
+        return render_prompt(obs, kind, count_tokens=self.backend.count_tokens, max_tokens=self.settings.max_prompt_tokens,
+                             style=self.settings.prompt_style)
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         gen = await self.batcher.generate(self.prompt(obs, kind), kind)

@@ -1,9 +1,19 @@
-"""Prompt rendering: executor cards, the task, the trimmed history and the decision asked for.
+"""Prompt rendering: the policy's whole view of the world, in one of two styles.
 
-The prompt is the policy's whole view of the world. Executors appear only as cards (name,
-description, price, latency) — never as fixed output classes — so a pool the policy never saw
-is just another list of cards. The history keeps the most recent milestones whole and drops the
-oldest ones first when the prompt would exceed its token budget; outputs are clipped per result.
+* ``full`` — executor cards (name, description, price, latency), the task text, the trimmed
+  history and the decision asked for. The history keeps the most recent milestones whole and
+  drops the oldest first when the prompt would exceed its token budget; outputs are clipped per
+  result. For pretrained LLMs, which read prose.
+* ``compact`` — the same information digested into a few lines: each numbered part with its
+  skill, difficulty cue, dependencies and state (latest confidence, attempts), and, for a plan
+  decision, each part's *menu*: the executors whose card claims at least a fair level at its
+  skill, cheapest first, with the level and price the card states. Plans answer with menu ranks
+  (``S1 | #2 | - | Solve P3.``). A from-scratch ~1M-parameter policy learns to route from this in
+  minutes; from the full prompt it does not learn within a CPU budget (docs/design.md).
+  Tasks without numbered parts (live benchmarks) fall back to ``full``.
+
+Either way executors appear only through their cards — never as fixed output classes — so a pool
+the policy never saw is just another set of cards.
 
 What this module deliberately does not do: tokenize for the model (backends do) or parse the
 completion (the engine's protocol parser does).
@@ -13,9 +23,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from e3orch.orchestration.episode import DecisionType, Observation
+from e3orch.orchestration.reading import (
+    DIFFICULTY_NAMES,
+    LEVEL_NAMES,
+    Part,
+    card_levels,
+    parse_parts,
+    part_menus,
+    price_of,
+)
 from e3orch.orchestration.types import MilestoneRecord
+
+PromptStyle = Literal["compact", "full"]
 
 MAX_OUTPUT_CHARS = 160
 
@@ -90,8 +112,13 @@ def render_prompt(
     count_tokens: Callable[[str], int] | None = None,
     max_tokens: int = 0,
     hint: bool = False,
+    style: PromptStyle = "full",
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
+    if style == "compact":
+        compact = render_compact(obs, kind)
+        if compact is not None:
+            return compact
     head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
     if hint:
         head = [PROTOCOL_HINT, *head]
@@ -110,3 +137,82 @@ def render_prompt(
         if not records or count_tokens is None or max_tokens <= 0 or count_tokens(text) <= max_tokens:
             return text
         records = records[1:]
+
+
+def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
+    """The style a checkpoint was trained with (its ``e3orch_policy.json``), else ``default``:
+    a policy must be prompted the way it learned."""
+    import json
+    from pathlib import Path
+
+    path = getattr(backend, "model_path", None)
+    meta = Path(str(path)) / "e3orch_policy.json" if path else None
+    if meta is not None and meta.exists():
+        style = json.loads(meta.read_text()).get("prompt")
+        if style in ("compact", "full"):
+            return style  # type: ignore[no-any-return]
+    return default
+
+
+def _part_state(part: Part, results: dict[str, tuple[float, int]], attempts: dict[str, int]) -> str:
+    if part.id in results:
+        conf, _ = results[part.id]
+        state = f"{conf:.2f}"
+    elif attempts.get(part.id):
+        state = "failed"
+    elif all(d in results for d in part.deps):
+        state = "open"
+    else:
+        state = "waits"
+    n = attempts.get(part.id, 0)
+    return state + (f" x{n}" if n else "")
+
+
+def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> tuple[dict[str, tuple[float, int]], dict[str, int]]:
+    """Per part: (latest confidence, milestone index) of its latest reported value, and attempts."""
+    results: dict[str, tuple[float, int]] = {}
+    attempts: dict[str, int] = {}
+    for i, rec in enumerate(history):
+        by_id = {s.id: s for s in rec.plan.subtasks}
+        for r in rec.results:
+            sub = by_id.get(r.id)
+            if sub is not None:
+                for tag in dict.fromkeys(_PART_TAG_RE.findall(sub.instruction)):
+                    attempts[tag] = attempts.get(tag, 0) + 1
+            if not r.ok:
+                continue
+            for m in _PART_RESULT_RE.finditer(r.output):
+                results[m.group(1)] = (float(m.group(2)) if m.group(2) else 0.5, i)
+    return results, attempts
+
+
+_PART_TAG_RE = re.compile(r"\bP\d+\b")
+
+
+def render_compact(obs: Observation, kind: DecisionType) -> str | None:
+    """The compact prompt (see the module docstring), or None for a task without numbered parts."""
+    parts, sink = parse_parts(obs.question)
+    if not parts:
+        return None
+    results, attempts = _attempts_and_results(obs.history)
+    if kind == "plan":
+        menus = part_menus(obs.question, obs.cards)
+        levels = [card_levels(c) for c in obs.cards]
+        wanted = set(_PART_TAG_RE.findall(obs.pending_milestone or ""))
+        lines: list[str] = []
+        for p in (p for p in parts if p.id in wanted):
+            n = attempts.get(p.id, 0)
+            options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
+                                 for k, i in enumerate(menus[p.id]))
+            lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
+                         f"{f' x{n}' if n else ''}: {options or '(no capable executor)'}")
+        return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
+    head = ["### parts"]
+    for p in parts:
+        deps = f" <{','.join(p.deps)}" if p.deps else ""
+        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, results, attempts)}")
+    return "\n".join(head + [
+        f"### final: {sink}",
+        f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
+        "### decide: milestone",
+    ]) + "\n"

@@ -30,7 +30,7 @@ from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import randomize_pool
-from e3orch.policy.prompts import render_prompt
+from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 from e3orch.rollout.records import DecisionNode, Leaf
 
 
@@ -88,6 +88,7 @@ class TreeRollout:
         top_p: float = 1.0,
         max_new_tokens: dict[str, int] | None = None,
         max_prompt_tokens: int = 1024,
+        prompt_style: PromptStyle = "full",
     ) -> None:
         self.backend = backend
         self.engine = engine
@@ -96,6 +97,7 @@ class TreeRollout:
         self.top_p = top_p
         self.max_new_tokens = max_new_tokens or {"milestone": 24, "plan": 160}
         self.max_prompt_tokens = max_prompt_tokens
+        self.prompt_style = prompt_style
 
     @classmethod
     def from_params(cls, backend: PolicyBackend, params: Any) -> TreeRollout:
@@ -103,7 +105,7 @@ class TreeRollout:
         pc = params.policy
         return cls(backend, params.engine, params.rollout, temperature=pc.temperature, top_p=pc.top_p,
                    max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-                   max_prompt_tokens=pc.max_prompt_tokens)
+                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=policy_prompt_style(backend, pc.prompt))
 
     def branching(self, path: _Path, kind: str) -> int:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
@@ -146,7 +148,7 @@ class TreeRollout:
                     ks.append(self.branching(p, kind))
                     p.tree.paths += ks[-1] - 1
                 prompts = [render_prompt(p.state.observation(), kind, count_tokens=self.backend.count_tokens,
-                                         max_tokens=self.max_prompt_tokens) for p in group]
+                                         max_tokens=self.max_prompt_tokens, style=self.prompt_style) for p in group]
                 flat = [pr for pr, k in zip(prompts, ks) for _ in range(k)]
                 gens = await asyncio.to_thread(
                     self.backend.generate, flat, n=1, temperature=self.temperature, top_p=self.top_p,

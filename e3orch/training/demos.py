@@ -18,10 +18,11 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import make_handwritten
-from e3orch.orchestration.protocol import to_handles
+from e3orch.orchestration.protocol import to_handles, to_menu_refs
+from e3orch.orchestration.reading import part_menus
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import randomize_pool
-from e3orch.policy.prompts import render_prompt
+from e3orch.policy.prompts import PromptStyle, render_prompt
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
                                       "random": 0.05, "single": 0.05}
@@ -37,30 +38,38 @@ class Demo:
     obs: Observation | None = None  # what the teacher saw: prompts can be re-rendered with a token budget
     correct: bool = False
     cost: float = 0.0
+    style: PromptStyle = "full"
 
     def budgeted_prompt(self, count_tokens: Callable[[str], int], max_tokens: int) -> str:
         """The prompt with the history trimming the policy meets at inference (oldest milestones
         dropped first until it fits ``max_tokens``)."""
         if self.obs is None:
             return self.prompt
-        return render_prompt(self.obs, self.kind, count_tokens=count_tokens, max_tokens=max_tokens)  # type: ignore[arg-type]
+        return render_prompt(self.obs, self.kind, count_tokens=count_tokens, max_tokens=max_tokens,  # type: ignore[arg-type]
+                             style=self.style)
 
 
 class Recorder(Orchestrator):
     """Wraps a teacher and records what it was shown (rendered as a policy prompt) and said.
 
     With ``handles`` the recorded plans name executors by card handle (``E3``): a short pointer
-    into the prompt's cards is far easier for a small policy to produce than a random name."""
+    into the prompt's cards is far easier for a small policy to produce than a random name; with
+    the ``compact`` style, by rank in the part's menu (``#2``) where the menu lists them."""
 
-    def __init__(self, inner: Orchestrator, handles: bool = True) -> None:
+    def __init__(self, inner: Orchestrator, handles: bool = True, style: PromptStyle = "full") -> None:
         self.inner = inner
         self.handles = handles
+        self.style = style
         self.name = inner.name
         self.records: list[tuple[str, Observation, str]] = []
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
-        taught = to_handles(text, [c.name for c in obs.cards]) if self.handles and kind == "plan" else text
+        taught = text
+        if self.handles and kind == "plan":
+            names = [c.name for c in obs.cards]
+            taught = (to_menu_refs(text, names, part_menus(obs.question, obs.cards)) if self.style == "compact"
+                      else to_handles(text, names))
         self.records.append((kind, obs, taught))
         return text
 
@@ -72,7 +81,7 @@ def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]
 
 
 async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine: EngineConfig, seed: int,
-                   mix: dict[str, float], randomize: bool) -> tuple[list[Demo], list[Episode]]:
+                   mix: dict[str, float], randomize: bool, style: PromptStyle) -> tuple[list[Demo], list[Episode]]:
     demos: list[Demo] = []
     episodes: list[Episode] = []
 
@@ -81,11 +90,11 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
         task_specs = randomize_pool(specs, rng) if randomize else list(specs)
         pool = build_pool(task_specs)
         teacher = pick_teacher(rng, pool.names, mix)
-        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed))
+        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed), style=style)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id))
         episodes.append(ep)
-        demos.extend(Demo(task.task_id, teacher, k, render_prompt(o, k), c,  # type: ignore[arg-type]
-                          obs=o, correct=ep.correct, cost=ep.cost) for k, o, c in rec.records)
+        demos.extend(Demo(task.task_id, teacher, k, render_prompt(o, k, style=style), c,  # type: ignore[arg-type]
+                          obs=o, correct=ep.correct, cost=ep.cost, style=style) for k, o, c in rec.records)
 
     await asyncio.gather(*(one(t) for t in tasks))
     return demos, episodes
@@ -99,5 +108,6 @@ def collect_demonstrations(
     seed: int = 0,
     mix: dict[str, float] | None = None,
     randomize: bool = True,
+    style: PromptStyle = "full",
 ) -> tuple[list[Demo], list[Episode]]:
-    return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize))
+    return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style))

@@ -45,7 +45,8 @@ def warmstart(
         create_default_policy(params, init, seed=cfg.seed)
     rng = random.Random(stable_seed("warmstart", cfg.seed))
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
-    demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers)
+    demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
+                                             style=params.policy.prompt)
     tokenizer = load_tokenizer(str(init))
     examples = []
     budget = params.policy.max_prompt_tokens
@@ -80,6 +81,7 @@ def warmstart(
         "seconds": stats.seconds,
     }
     if acc.is_main_process:
-        save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, name="warmstart", warmstart=info)
+        save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, name="warmstart", prompt=params.policy.prompt,
+                        warmstart=info)
     acc.wait_for_everyone()
     return out, stats, info

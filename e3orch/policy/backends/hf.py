@@ -215,6 +215,7 @@ class TransformersBackend(PolicyBackend):
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
+        self.model_path = model if isinstance(model, str) else None
         if isinstance(model, str):
             if not Path(model).exists() and "/" not in model:
                 raise FileNotFoundError(f"policy model {model!r} not found (run `e3orch init-policy` or give a path / hub id)")

@@ -34,7 +34,7 @@ class VLLMBackend(PolicyBackend):
                  lora_name: str = "e3orch-policy") -> None:
         self.base_url = base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")
-        self.model_dir = model
+        self.model_dir = self.model_path = model
         self.client = httpx.Client(timeout=timeout_s)
         try:
             models = self.client.get(f"{self.base_url}/models").json()["data"]

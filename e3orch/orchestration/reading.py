@@ -1,0 +1,155 @@
+"""Reading a task and a pool the way an orchestrator does: numbered parts, card levels, menus.
+
+A sim task names its parts in text ("P3: (tricky) Find …, using P1 and P2."); a card states its
+strengths in words ("strong at code, good at compute; weak at retrieve"). This module turns both
+into data, shared by the hand-written orchestrators, the policy's compact prompt and the engine:
+
+* :func:`parse_parts` — each part's id, skill (from its leading verb), difficulty cue and deps;
+* :func:`card_levels` — skill → level 0 (weak) … 3 (strong) as a card's description states it;
+* :func:`part_menus` — for each part, the executors whose card claims at least a fair level at
+  its skill, cheapest first. A plan may name an executor by its rank in the menu of the part its
+  instruction names (``#2``): a pointer whose meaning (the second-cheapest capable card) is the
+  same in every pool, which a small policy learns far faster than pointing into a card list.
+
+Everything here reads only what an orchestrator is shown (task text and cards), never the sim's
+hidden requirement graph or executor profiles. What it deliberately does not do: decide anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from e3orch.executors.base import SKILLS, ExecutorSpec
+
+_PART_RE = re.compile(r"^\s*(P\d+)\s*:\s*(.*?)\s*$")
+_USING_RE = re.compile(r",?\s*using\s+(.+?)\.?\s*$", re.I)
+_SINK_RE = re.compile(r"result of\s+(P\d+)", re.I)
+_TAG_RE = re.compile(r"\bP\d+\b")
+
+SKILL_WORDS: dict[str, tuple[str, ...]] = {
+    "retrieve": ("look up", "find", "retrieve", "search", "lookup"),
+    "compute": ("calculate", "compute", "work out", "evaluate", "arithmetic"),
+    "code": ("write", "implement", "program", "code", "function"),
+    "reason": ("decide", "judge", "infer", "reason", "determine", "verify"),
+}
+_HARD_WORDS = ("tricky", "hard", "obscure", "demanding", "difficult", "complex")
+_EASY_WORDS = ("quick", "simple", "easy", "routine", "trivial")
+_LEVEL_WORDS = {
+    "strongest": 3, "strong": 3, "exact": 3, "excellent": 3, "expert": 3,
+    "good": 2, "decent": 2, "solid": 2,
+    "fair": 1, "okay": 1, "basic": 1,
+    "weak": 0, "poor": 0, "useless": 0, "bad": 0,
+}
+_LEVEL_ALT = "|".join(_LEVEL_WORDS)
+# "strong at code, good at compute" → ("strong", "code, "), ("good", "compute"): a list ends at ; . or the next level word
+_LEVEL_RE = re.compile(
+    rf"\b({_LEVEL_ALT})\s+(?:at|for|in|on)\s+((?:(?!\b(?:{_LEVEL_ALT})\b)[^;.])+)", re.I
+)
+_DIFF_PREFIX_RE = re.compile(r"^\((\w+)\)\s*")
+_SKILL_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retrieve": ("retrieve", "retrieval", "lookup", "search"),
+    "compute": ("compute", "math", "arithmetic", "calculation"),
+    "code": ("code", "coding", "programming"),
+    "reason": ("reason", "reasoning", "logic"),
+}
+
+
+@dataclass(frozen=True)
+class Part:
+    id: str
+    skill: str
+    difficulty: int  # 0 easy, 1 medium, 2 hard (as cued by the text)
+    deps: tuple[str, ...]
+    text: str
+
+
+def parse_parts(question: str) -> tuple[list[Part], str | None]:
+    """The numbered parts of a task text and the part the final answer names."""
+    parts: list[Part] = []
+    for line in question.splitlines():
+        m = _PART_RE.match(line)
+        if not m:
+            continue
+        pid, body = m.group(1), m.group(2)
+        low = body.lower()
+        deps: tuple[str, ...] = ()
+        u = _USING_RE.search(body)
+        if u:
+            deps = tuple(_TAG_RE.findall(u.group(1)))
+        verb = _DIFF_PREFIX_RE.sub("", low)
+        # The leading verb names the skill ("Write and test code that computes …" is code, not compute).
+        skill = next((s for s, words in SKILL_WORDS.items() if any(verb.startswith(w) for w in words)), None) or next(
+            (s for s, words in SKILL_WORDS.items() if any(w in low for w in words)), "reason"
+        )
+        # The difficulty cue is the leading "(word)"; a verb such as "Program a routine that" must not count.
+        cue_m = _DIFF_PREFIX_RE.match(low)
+        cue = cue_m.group(1) if cue_m else ""
+        difficulty = 2 if cue in _HARD_WORDS else 0 if cue in _EASY_WORDS else 1
+        parts.append(Part(pid, skill, difficulty, deps, body))
+    sink = _SINK_RE.search(question)
+    return parts, (sink.group(1) if sink else (parts[-1].id if parts else None))
+
+
+def card_levels(spec: ExecutorSpec) -> dict[str, int]:
+    """Skill → level (0 weak … 3 strong) as the card's description states it."""
+    desc = spec.description.lower()
+    general = "general" in desc
+    levels = {s: (1 if general else 0) for s in SKILLS}
+    stated: set[str] = set()
+    for m in _LEVEL_RE.finditer(desc):
+        level, what = _LEVEL_WORDS[m.group(1).lower()], m.group(2)
+        if any(w in what for w in ("every skill", "all skills", "everything", "anything")):
+            # "useless for anything else" covers only the skills not stated so far
+            rest = [s for s in SKILLS if s not in stated] if "else" in what else list(SKILLS)
+            for s in rest:
+                levels[s] = level
+            continue
+        for s, words in _SKILL_SYNONYMS.items():
+            if any(w in what for w in words):
+                levels[s] = level
+                stated.add(s)
+    return levels
+
+
+def price_of(spec: ExecutorSpec) -> float:
+    # Outputs dominate agent calls; weigh them as a typical 1:2 input:output call would.
+    return spec.price.input_per_1k + 2.0 * spec.price.output_per_1k
+
+
+
+DIFFICULTY_NAMES = ("easy", "normal", "hard")
+LEVEL_NAMES = ("weak", "fair", "good", "strong")
+_MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
+
+
+def part_menus(question: str, cards: Sequence[ExecutorSpec]) -> dict[str, list[int]]:
+    """Part id → indices into ``cards`` of the executors at least fair at the part's skill, cheapest first."""
+    parts, _ = parse_parts(question)
+    if not parts:
+        return {}
+    levels = [card_levels(c) for c in cards]
+    by_price = sorted(range(len(cards)), key=lambda i: (price_of(cards[i]), i))
+    return {p.id: [i for i in by_price if levels[i][p.skill] >= 1] for p in parts}
+
+
+def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> str | None:
+    """``#k`` → the name of the k-th executor in the menu of the first part the instruction names."""
+    m = _MENU_REF_RE.match(executor.strip())
+    tag = _TAG_RE.search(instruction)
+    if not m or not tag or tag.group(0) not in menus:
+        return None
+    menu = menus[tag.group(0)]
+    k = int(m.group(1))
+    return names[menu[k - 1]] if 1 <= k <= len(menu) else None
+
+
+def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> int | None:
+    """The inverse of :func:`resolve_menu_ref`: ``name``'s 1-based rank in the instruction's part menu."""
+    tag = _TAG_RE.search(instruction)
+    if not tag or tag.group(0) not in menus or name not in names:
+        return None
+    menu = menus[tag.group(0)]
+    i = list(names).index(name)
+    return menu.index(i) + 1 if i in menu else None

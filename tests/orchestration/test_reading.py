@@ -1,0 +1,81 @@
+"""Menus: each part's capable executors, cheapest first, and the ``#k`` references plans make to them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from e3orch.data.sim import DOMAINS, generate_task
+from e3orch.executors.base import load_pool_specs
+from e3orch.orchestration.handwritten import Router, parse_parts
+from e3orch.orchestration.protocol import parse_plan, render_plan, to_menu_refs
+from e3orch.orchestration.reading import menu_rank, part_menus, resolve_menu_ref
+from e3orch.orchestration.types import Subtask
+from e3orch.policy.pools import randomize_pool
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = load_pool_specs(REPO / "configs" / "executors" / "default.yaml")
+NAMES = [s.name for s in DEFAULT]
+QUESTION = """A fact verification task.
+P1: (simple) Find the main export of Corvo Labs.
+P2: (tricky) Calculate the growth rate, using P1.
+P3: (moderate) Infer whether the plan is feasible, using P1 and P2.
+Final answer: the result of P3."""
+
+
+def test_menus_list_capable_cards_cheapest_first() -> None:
+    menus = part_menus(QUESTION, DEFAULT)
+    named = {p: [NAMES[i] for i in m] for p, m in menus.items()}
+    # price_of = in + 2*out: web-search .03, small .7, mid 3.5, frontier 22.5 (code-llm, reasoner weak at retrieve)
+    assert named["P1"] == ["web-search", "small-llm", "mid-llm", "frontier-llm"]
+    # compute: calculator .006, small (fair), mid, code-llm (good), reasoner (good), frontier
+    assert named["P2"] == ["calculator", "small-llm", "mid-llm", "code-llm", "reasoner", "frontier-llm"]
+    # reason: small-llm is weak, code-llm weak, tools useless
+    assert named["P3"] == ["mid-llm", "reasoner", "frontier-llm"]
+    assert part_menus("no numbered parts here", DEFAULT) == {}
+
+
+def test_menu_refs_resolve_against_the_instruction_part() -> None:
+    menus = part_menus(QUESTION, DEFAULT)
+    assert resolve_menu_ref("#2", "Solve P3.", menus, NAMES) == "reasoner"
+    assert resolve_menu_ref("#1", "Solve P2, then check P3", menus, NAMES) == "calculator"  # first tag counts
+    assert resolve_menu_ref("#4", "Solve P3.", menus, NAMES) is None  # past the end of the menu
+    assert resolve_menu_ref("#1", "Summarise everything", menus, NAMES) is None  # no part named
+    assert resolve_menu_ref("E1", "Solve P3.", menus, NAMES) is None
+    assert menu_rank("frontier-llm", "Solve P3.", menus, NAMES) == 3
+    assert menu_rank("web-search", "Solve P3.", menus, NAMES) is None  # not capable: not on the menu
+
+    plan = parse_plan("S1 | #2 | - | Solve P3.\nS2 | #9 | - | Solve P1.\nS3 | E2 | S1 | Solve P2.", NAMES, menus=menus)
+    assert [(s.id, s.executor) for s in plan.subtasks] == [("S1", "reasoner"), ("S3", "mid-llm")]
+    assert [d.code for d in plan.defects] == ["unknown_executor"]
+    # without menus a rank is just an unknown executor
+    assert [d.code for d in parse_plan("S1 | #2 | - | Solve P3.", NAMES).defects] == ["unknown_executor", "unparseable"]
+
+
+def test_to_menu_refs_exact() -> None:
+    menus = part_menus(QUESTION, DEFAULT)
+    text = render_plan([Subtask("S1", "web-search", "Solve P1."), Subtask("S2", "code-llm", "Solve P3.", ("S1",))])
+    # code-llm is weak at reason: not on P3's menu, so it is taught by its card handle
+    assert to_menu_refs(text, NAMES, menus) == "S1 | #1 | - | Solve P1.\nS2 | E4 | S1 | Solve P3."
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), domain=st.sampled_from(sorted(DOMAINS)))
+def test_menu_refs_round_trip_on_random_pools(seed: int, domain: str) -> None:
+    """Whatever the pool, a plan rewritten as menu ranks parses back to the same executors."""
+    rng = random.Random(seed)
+    specs = randomize_pool(DEFAULT, rng)
+    names = [s.name for s in specs]
+    task = generate_task(0, domain, seed, "train")
+    parts, _ = parse_parts(task.question)
+    router = Router(tuple(specs))
+    subtasks = [Subtask(f"S{i + 1}", rng.choice([router.strongest(p.skill), router.cheapest_good_enough(p.skill, p.difficulty),
+                                                 rng.choice(names)]), f"Solve {p.id}.") for i, p in enumerate(parts)]
+    menus = part_menus(task.question, specs)
+    taught = to_menu_refs(render_plan(subtasks), names, menus)
+    parsed = parse_plan(taught, names, max_subtasks=len(subtasks), menus=menus)
+    assert [s.executor for s in parsed.subtasks] == [s.executor for s in subtasks]
+    assert not parsed.defects
