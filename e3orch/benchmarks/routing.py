@@ -75,7 +75,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
             return len(d.obs.cards)
         tag = re.search(r"\bP\d+\b", d.completion)
         menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])
-        return max(1, len(menu)) if menu else len(d.obs.cards)
+        return len(menu) if menu else len(d.obs.cards)
 
     def agree(a: str | None, b: str | None) -> bool:
         return a is not None and a == b

@@ -154,10 +154,9 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     return default
 
 
-def _part_state(part: Part, results: dict[str, tuple[float, int]], attempts: dict[str, int]) -> str:
+def _part_state(part: Part, results: dict[str, float], attempts: dict[str, int]) -> str:
     if part.id in results:
-        conf, _ = results[part.id]
-        state = f"{conf:.2f}"
+        state = f"{results[part.id]:.2f}"
     elif attempts.get(part.id):
         state = "failed"
     elif all(d in results for d in part.deps):
@@ -168,11 +167,11 @@ def _part_state(part: Part, results: dict[str, tuple[float, int]], attempts: dic
     return state + (f" x{n}" if n else "")
 
 
-def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> tuple[dict[str, tuple[float, int]], dict[str, int]]:
-    """Per part: (latest confidence, milestone index) of its latest reported value, and attempts."""
-    results: dict[str, tuple[float, int]] = {}
+def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> tuple[dict[str, float], dict[str, int]]:
+    """Per part: the confidence of its latest reported value, and its attempts."""
+    results: dict[str, float] = {}
     attempts: dict[str, int] = {}
-    for i, rec in enumerate(history):
+    for rec in history:
         by_id = {s.id: s for s in rec.plan.subtasks}
         for r in rec.results:
             sub = by_id.get(r.id)
@@ -182,7 +181,7 @@ def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneR
             if not r.ok:
                 continue
             for m in _PART_RESULT_RE.finditer(r.output):
-                results[m.group(1)] = (float(m.group(2)) if m.group(2) else 0.5, i)
+                results[m.group(1)] = float(m.group(2)) if m.group(2) else 0.5
     return results, attempts
 
 
