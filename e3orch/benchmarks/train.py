@@ -27,10 +27,10 @@ def reference_step(model: Any, ref: Any, opt: Any, batch: dict[str, torch.Tensor
     """The minimal clipped policy-gradient step (full-sequence logits, no tricks)."""
     ids, attn = batch["input_ids"], batch["attention_mask"]
     k = batch["completion_mask"].shape[1]
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=batch["position_ids"]).logits
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=batch["position_ids"], use_cache=False).logits
     lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)[:, -k:]
     with torch.no_grad():
-        rlogits = ref(input_ids=ids, attention_mask=attn, position_ids=batch["position_ids"]).logits
+        rlogits = ref(input_ids=ids, attention_mask=attn, position_ids=batch["position_ids"], use_cache=False).logits
         rlp = torch.log_softmax(rlogits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)[:, -k:]
     mask = batch["completion_mask"]
     ratio = torch.exp(lp - batch["old_logprobs"])
@@ -77,7 +77,7 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         examples = (examples * (32 // max(1, len(examples)) + 1))[:32]
         for e in examples:  # non-zero advantages so both losses do real work
             e.advantage = e.advantage or 0.5
-        batch = collate(examples, trainer.tokenizer.pad_token_id)
+        batch = {k: v.to(trainer.acc.device) for k, v in collate(examples, trainer.tokenizer.pad_token_id).items()}
         n_tokens = float(batch["attention_mask"].sum())
         reps = 2 if quick else 5
 
@@ -90,10 +90,11 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         model = copy.deepcopy(trainer.acc.unwrap_model(trainer.model)).train()
         ref = copy.deepcopy(trainer.ref).eval()
         opt = torch.optim.AdamW(model.parameters(), lr=params.train.lr)
-        reference_step(model, ref, opt, batch)  # warm-up
-        t = time.perf_counter()
-        for _ in range(reps):
-            reference_step(model, ref, opt, batch)
+        with trainer.acc.autocast():  # the trainer's precision (bf16 autocast on a GPU setting)
+            reference_step(model, ref, opt, batch)  # warm-up
+            t = time.perf_counter()
+            for _ in range(reps):
+                reference_step(model, ref, opt, batch)
         refs = reps * n_tokens / (time.perf_counter() - t)
 
         # The long-completion setting (as TRL's GRPO benchmark): one step of 32 sampled

@@ -92,16 +92,20 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     return out
 
 
-def save_policy_dir(model: Any, tokenizer: Any, out: str | Path, init_dir: str | Path, **meta_update: Any) -> Path:
+def save_policy_dir(model: Any, tokenizer: Any, out: str | Path, init_dir: str | Path, *,
+                    state_dict: dict[str, Any] | None = None, **meta_update: Any) -> Path:
     """Replace ``out`` with a save_pretrained policy (model + tokenizer) and its
-    ``e3orch_policy.json``: the metadata of ``init_dir`` updated with ``meta_update``."""
+    ``e3orch_policy.json``: the metadata of ``init_dir`` updated with ``meta_update``.
+
+    ``state_dict``: the full weights when ``model``'s own are sharded (FSDP: gather them with
+    ``accelerator.get_state_dict`` on every process first)."""
     import shutil
 
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    model.save_pretrained(out)
+    model.save_pretrained(out, state_dict=state_dict)
     tokenizer.save_pretrained(out)
     src = Path(init_dir) / "e3orch_policy.json"
     meta = json.loads(src.read_text()) if src.exists() else {}

@@ -102,6 +102,7 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], with_entropy
         attention_mask=batch["attention_mask"],
         position_ids=batch["position_ids"],
         logits_to_keep=k + 1,
+        use_cache=False,  # a training forward: a KV cache is never read (and breaks activation checkpointing)
     )
     logits = out.logits[:, :-1].float()  # positions T-K-1 .. T-2 predict tokens T-K .. T-1
     targets = batch["input_ids"][:, -k:]

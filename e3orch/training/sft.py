@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from e3orch.training.data import Example, collate, completion_logprobs, make_batches
+from e3orch.training.optim import finite_step
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class SFTStats:
     tokens: int
     seconds: float
     losses: list[float]
+    skipped_steps: int = 0           # steps whose gradient was not finite (not applied)
 
 
 def sft_train(
@@ -63,6 +65,7 @@ def sft_train(
     t0 = time.perf_counter()
     step = 0
     epoch = 0
+    skipped = 0
     while step < total_steps:
         order = batches[:]
         random.Random(seed + epoch).shuffle(order)
@@ -76,10 +79,8 @@ def sft_train(
                 mask = batch["completion_mask"]
                 loss = -(lp * mask).sum() / mask.sum().clamp(min=1)
                 accelerator.backward(loss)
-                accelerator.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
+                if not finite_step(accelerator, model, opt, sched, 1.0):
+                    skipped += 1
             losses.append(float(loss.detach()))
             tokens += int(batch["attention_mask"].sum())
             step += 1
@@ -88,4 +89,4 @@ def sft_train(
         epoch += 1
     model.eval()
     return SFTStats(step, step / max(1, per_proc), float(sum(losses[-10:]) / max(1, len(losses[-10:]))), tokens,
-                    time.perf_counter() - t0, losses)
+                    time.perf_counter() - t0, losses, skipped)

@@ -35,6 +35,7 @@ from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame
 from e3orch.rollout.tree import RolloutResult, TreeRollout
 from e3orch.training.data import Example, collate, completion_logprobs, make_batches
+from e3orch.training.optim import finite_step
 from e3orch.training.rl import clipped_pg_loss
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class RoundMetrics:
     time_sync_s: float
     completion_tokens_per_s: float = 0.0
     update_tokens_per_s: float = 0.0
+    skipped_steps: int = 0           # optimizer steps skipped for a non-finite gradient
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,7 +213,8 @@ class RLTrainer:
         bounded however many decisions a round produced."""
         cfg = self.cfg
         rng = random.Random(self.cfg.seed * 1000 + self.round)
-        stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "micro": 0.0}
+        stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "micro": 0.0,
+                 "skipped_steps": 0.0}
         pad = self.tokenizer.pad_token_id
         self.model.train()
         for _ in range(cfg.ppo_epochs):
@@ -248,13 +251,11 @@ class RLTrainer:
                     stats["pg_loss"] += parts.pg
                     stats["tokens"] += float(batch["attention_mask"].sum())
                     stats["micro"] += 1
-                self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.opt.step()
-                self.sched.step()
-                self.opt.zero_grad(set_to_none=True)
+                if not finite_step(self.acc, self.model, self.opt, self.sched, cfg.max_grad_norm):
+                    stats["skipped_steps"] += 1
         self.model.eval()
         n = max(1.0, stats["micro"])
-        return {k: (v / n if k not in ("tokens", "micro") else v) for k, v in stats.items()}
+        return {k: (v / n if k not in ("tokens", "micro", "skipped_steps") else v) for k, v in stats.items()}
 
     def run_round(self, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RoundMetrics:
         rcfg = self.params.rollout
@@ -312,15 +313,17 @@ class RLTrainer:
             # only a round that generated its own completions has an end-to-end generation rate
             completion_tokens_per_s=gen_tokens / total_time if rollout and total_time > 0 else 0.0,
             update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
+            skipped_steps=int(up["skipped_steps"]),
         )
 
     def save_policy(self, out_dir: str | Path, name: str = "e3orch") -> Path:
         out = Path(out_dir)
         self.acc.wait_for_everyone()
+        state_dict = self.acc.get_state_dict(self.model)  # collective: gathers sharded (FSDP) weights
         if self.acc.is_main_process:
             from e3orch.policy.model import save_policy_dir
 
-            save_policy_dir(self.acc.unwrap_model(self.model), self.tokenizer, out, self.init_dir,
+            save_policy_dir(self.acc.unwrap_model(self.model), self.tokenizer, out, self.init_dir, state_dict=state_dict,
                             name=name, rounds=self.round, init=str(self.init_dir))
         self.acc.wait_for_everyone()
         return out

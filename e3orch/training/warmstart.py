@@ -77,11 +77,13 @@ def warmstart(
         "teachers": dict(sorted(Counter(d.teacher.split(":")[0] for d in demos).items())),
         "steps": stats.steps,
         "final_loss": stats.final_loss,
+        "skipped_steps": stats.skipped_steps,
         "tokens": stats.tokens,
         "seconds": stats.seconds,
     }
+    state_dict = acc.get_state_dict(model)  # collective: gathers sharded (FSDP) weights on every process
     if acc.is_main_process:
-        save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, name="warmstart", prompt=params.policy.prompt,
-                        warmstart=info)
+        save_policy_dir(acc.unwrap_model(model), tokenizer, out, init, state_dict=state_dict, name="warmstart",
+                        prompt=params.policy.prompt, warmstart=info)
     acc.wait_for_everyone()
     return out, stats, info
