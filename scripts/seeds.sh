@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The default pipeline once per training seed, and the mean and spread of the results.
+#   bash scripts/seeds.sh            # seeds 0 1 2
+#   bash scripts/seeds.sh 3 4        # other seeds
+# Per seed N: params.yaml with warmstart.seed, rollout.seed and train.seed set to N (the task
+# split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
+# RL → evaluate-all into runs/seed-N/ (its own models, checkpoints and reports). `prepare` runs
+# first if data/tasks is missing. The summary goes to runs/seeds.md and stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+E3=${E3:-.venv/bin/e3orch}
+PY=${PY:-.venv/bin/python}
+SEEDS=("$@"); [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1 2)
+export E3ORCH_TRACKING=${E3ORCH_TRACKING:-0}
+[ -f data/tasks/sim_train.parquet ] || "$E3" prepare
+for s in "${SEEDS[@]}"; do
+  d=runs/seed-$s; mkdir -p "$d"
+  "$PY" - "$d" "$s" <<'PY'
+import sys
+from pathlib import Path
+import yaml
+d, s = sys.argv[1], int(sys.argv[2])
+p = yaml.safe_load(Path("params.yaml").read_text())
+p["policy"]["init_dir"] = f"{d}/models/init"
+p["warmstart"].update(seed=s, out_dir=f"{d}/models/warmstart")
+p["rollout"].update(seed=s, out_dir=f"{d}/data/rollouts")
+p["train"].update(seed=s, out_dir=f"{d}/models/policy", checkpoint_dir=f"{d}/models/checkpoints")
+p["evaluate"]["out_dir"] = f"{d}/reports"
+Path(d, "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+PY
+  echo "=== seed $s"
+  t0=$(date +%s)
+  "$E3" warmstart --params "$d/params.yaml" --metrics "$d/warmstart.json"
+  "$E3" train --params "$d/params.yaml" --no-resume --metrics "$d/train_rounds.json"
+  "$E3" evaluate-all --params "$d/params.yaml"
+  echo "=== seed $s: $(( $(date +%s) - t0 )) s"
+done
+"$PY" - "${SEEDS[@]}" <<'PY' | tee runs/seeds.md
+import json, statistics, sys
+from pathlib import Path
+seeds = sys.argv[1:]
+runs = {s: json.loads(Path(f"runs/seed-{s}/reports/metrics.json").read_text()) for s in seeds}
+print(f"Seeds {', '.join(seeds)}: mean ± standard deviation (population) over seeds; eval split.\n")
+def table(run, pool):
+    return run["systems"] if pool == "default" else run.get("transfer", {}).get("systems", {})
+for pool in ("default", "transfer"):
+    print(f"| {pool} pool | accuracy | cost/task | IE |\n|---|---|---|---|")
+    for name in table(runs[seeds[0]], pool):  # every evaluated system, in the report's order
+        rows = [table(runs[s], pool)[name] for s in seeds if name in table(runs[s], pool)]
+        if not rows:
+            continue
+        cells = []
+        for m in ("accuracy", "cost", "ie"):
+            v = [r[m] for r in rows]
+            cells.append(f"{statistics.fmean(v):.3f} ± {statistics.pstdev(v):.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print()
+PY
