@@ -5,8 +5,10 @@
   drops the oldest first when the prompt would exceed its token budget; outputs are clipped per
   result. For pretrained LLMs, which read prose.
 * ``compact`` — the same information digested into a few lines: each numbered part with its
-  skill, difficulty cue, dependencies and state (latest confidence, attempts), and, for a plan
-  decision, each part's *menu*: the executors whose card claims at least a fair level at its
+  skill, difficulty cue, dependencies and state (latest confidence, attempts); the final part's
+  state is repeated on the ``### final`` line, next to the answer-or-go-on decision that hinges
+  on it (without it the small policy answered with a low-confidence final part on 40 of 140
+  tasks; with it, on 1). For a plan decision, each part's *menu*: the executors whose card claims at least a fair level at its
   skill, cheapest first, with the level and price the card states. Plans answer with menu ranks
   (``S1 | #2 | - | Solve P3.``). A from-scratch ~1M-parameter policy learns to route from this in
   minutes; from the full prompt it does not learn within a CPU budget (docs/design.md).
@@ -206,12 +208,14 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
             lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
                          f"{f' x{n}' if n else ''}: {options or '(no capable executor)'}")
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
+    by_id = {p.id: p for p in parts}
     head = ["### parts"]
     for p in parts:
         deps = f" <{','.join(p.deps)}" if p.deps else ""
         head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, results, attempts)}")
     return "\n".join(head + [
-        f"### final: {sink}",
+        # the final part's state again, next to the decision that depends on it most (answer or not)
+        f"### final: {sink}" + (f" {_part_state(by_id[sink], results, attempts)}" if sink in by_id else ""),
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         "### decide: milestone",
     ]) + "\n"

@@ -37,7 +37,7 @@ def test_compact_milestone_prompt_exact() -> None:
         "P1 retrieve easy: 0.92 x1\n"
         "P2 retrieve easy: failed x1\n"
         "P3 reason normal <P1,P2: waits\n"
-        "### final: P3\n"
+        "### final: P3 waits\n"
         "### budget: 10 milestones, 30 subtasks left\n"
         "### decide: milestone\n"
     )
