@@ -8,10 +8,11 @@
   skill, difficulty cue, dependencies and state (latest confidence, attempts); the final part's
   state is repeated on the ``### final`` line, next to the answer-or-go-on decision that hinges
   on it (without it the small policy answered with a low-confidence final part on 40 of 140
-  tasks; with it, on 1). For a plan decision, each part's *menu*: the executors whose card claims at least a fair level at its
-  skill, cheapest first, with the level and price the card states. Plans answer with menu ranks
-  (``S1 | #2 | - | Solve P3.``). A from-scratch ~1M-parameter policy learns to route from this in
-  minutes; from the full prompt it does not learn within a CPU budget (docs/design.md).
+  tasks; with it, on 1). For a plan decision, each part's *menu*: the executors whose card
+  claims at least a fair level at its skill, cheapest first, with the level and price the card
+  states. Plans answer with menu ranks (``S1 | #2 | - | Solve P3.``). A from-scratch
+  ~1M-parameter policy learns to route from this in minutes; from the full prompt it does not
+  learn within a CPU budget (docs/design.md).
   Tasks without numbered parts (live benchmarks) fall back to ``full``.
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool

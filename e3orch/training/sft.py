@@ -88,5 +88,6 @@ def sft_train(
                 on_step(step, total_steps, losses[-1])
         epoch += 1
     model.eval()
-    return SFTStats(step, step / max(1, per_proc), float(sum(losses[-10:]) / max(1, len(losses[-10:]))), tokens,
+    last = [x for x in losses[-10:] if math.isfinite(x)]  # a skipped step's loss may be NaN
+    return SFTStats(step, step / max(1, per_proc), sum(last) / len(last) if last else float("nan"), tokens,
                     time.perf_counter() - t0, losses, skipped)
