@@ -41,7 +41,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     from e3orch.commands.common import resolve_pool_path, sim_tasks
     from e3orch.config import load_params
     from e3orch.executors.base import load_pool_specs
-    from e3orch.orchestration.reading import part_menus
+    from e3orch.orchestration.reading import PART_TAG_RE, part_menus
     from e3orch.policy.backends.hf import TransformersBackend
     from e3orch.training.demos import collect_demonstrations
     from e3orch.training.warmstart import warmstart
@@ -73,7 +73,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     def options(d: Any) -> int:
         if base.policy.prompt != "compact":
             return len(d.obs.cards)
-        tag = re.search(r"\bP\d+\b", d.completion)
+        tag = PART_TAG_RE.search(d.completion)
         menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])
         return len(menu) if menu else len(d.obs.cards)
 

@@ -21,7 +21,6 @@ What this module deliberately does not do: learn anything, or read ``Task.requir
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,11 +28,16 @@ from e3orch.data.sim import stable_seed
 from e3orch.executors.base import ExecutorSpec
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import render_answer, render_milestone, render_plan
-from e3orch.orchestration.reading import SKILL_WORDS, Part, card_levels, parse_parts, price_of
+from e3orch.orchestration.reading import (
+    PART_RESULT_RE,
+    PART_TAG_RE,
+    SKILL_WORDS,
+    Part,
+    card_levels,
+    parse_parts,
+    price_of,
+)
 from e3orch.orchestration.types import Subtask
-
-_RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
-_TAG_RE = re.compile(r"\bP\d+\b")
 
 
 @dataclass
@@ -52,10 +56,10 @@ def part_status(obs: Observation, parts: Sequence[Part]) -> dict[str, PartStatus
             sub = by_id.get(r.id)
             if sub is None:
                 continue
-            for pid in _TAG_RE.findall(sub.instruction):
+            for pid in PART_TAG_RE.findall(sub.instruction):
                 if pid in status:
                     status[pid].attempts += 1
-            for m in _RESULT_RE.finditer(r.output if r.ok else ""):
+            for m in PART_RESULT_RE.finditer(r.output if r.ok else ""):
                 if m.group(1) in status:
                     st = status[m.group(1)]
                     st.value = m.group(2)
@@ -128,7 +132,7 @@ class RuleOrchestrator(Orchestrator):
         return render_milestone("Solve " + ", ".join(p.id for p in chosen))
 
     def plan(self, obs: Observation, parts: Sequence[Part], status: dict[str, PartStatus]) -> str:
-        wanted = set(_TAG_RE.findall(obs.pending_milestone or ""))
+        wanted = set(PART_TAG_RE.findall(obs.pending_milestone or ""))
         router = Router(obs.cards)
         subtasks: list[Subtask] = []
         for p in parts:

@@ -26,7 +26,9 @@ from e3orch.executors.base import SKILLS, ExecutorSpec
 _PART_RE = re.compile(r"^\s*(P\d+)\s*:\s*(.*?)\s*$")
 _USING_RE = re.compile(r",?\s*using\s+(.+?)\.?\s*$", re.I)
 _SINK_RE = re.compile(r"result of\s+(P\d+)", re.I)
-_TAG_RE = re.compile(r"\bP\d+\b")
+PART_TAG_RE = re.compile(r"\bP\d+\b")  # a part named anywhere in a text
+# a reported value in an executor's output: "P3 = Norvik52 (confidence 0.92)" → part, value, confidence
+PART_RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
 
 SKILL_WORDS: dict[str, tuple[str, ...]] = {
     "retrieve": ("look up", "find", "retrieve", "search", "lookup"),
@@ -77,7 +79,7 @@ def parse_parts(question: str) -> tuple[list[Part], str | None]:
         deps: tuple[str, ...] = ()
         u = _USING_RE.search(body)
         if u:
-            deps = tuple(_TAG_RE.findall(u.group(1)))
+            deps = tuple(PART_TAG_RE.findall(u.group(1)))
         verb = _DIFF_PREFIX_RE.sub("", low)
         # The leading verb names the skill ("Write and test code that computes …" is code, not compute).
         skill = next((s for s, words in SKILL_WORDS.items() if any(verb.startswith(w) for w in words)), None) or next(
@@ -118,7 +120,6 @@ def price_of(spec: ExecutorSpec) -> float:
     return spec.price.input_per_1k + 2.0 * spec.price.output_per_1k
 
 
-
 DIFFICULTY_NAMES = ("easy", "normal", "hard")
 LEVEL_NAMES = ("weak", "fair", "good", "strong")
 _MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
@@ -126,30 +127,39 @@ _MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
 
 def part_menus(question: str, cards: Sequence[ExecutorSpec]) -> dict[str, list[int]]:
     """Part id → indices into ``cards`` of the executors at least fair at the part's skill, cheapest first."""
-    parts, _ = parse_parts(question)
+    return menus_for(parse_parts(question)[0], cards)
+
+
+def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec],
+              levels: Sequence[dict[str, int]] | None = None) -> dict[str, list[int]]:
+    """:func:`part_menus` for parts already parsed (and, optionally, the cards' levels already read)."""
     if not parts:
         return {}
-    levels = [card_levels(c) for c in cards]
+    levels = levels if levels is not None else [card_levels(c) for c in cards]
     by_price = sorted(range(len(cards)), key=lambda i: (price_of(cards[i]), i))
     return {p.id: [i for i in by_price if levels[i][p.skill] >= 1] for p in parts}
+
+
+def _menu_of(instruction: str, menus: dict[str, list[int]]) -> list[int] | None:
+    """The menu of the first part ``instruction`` names, if it has one."""
+    tag = PART_TAG_RE.search(instruction)
+    return menus.get(tag.group(0)) if tag else None
 
 
 def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> str | None:
     """``#k`` → the name of the k-th executor in the menu of the first part the instruction names."""
     m = _MENU_REF_RE.match(executor.strip())
-    tag = _TAG_RE.search(instruction)
-    if not m or not tag or tag.group(0) not in menus:
+    menu = _menu_of(instruction, menus)
+    if not m or menu is None:
         return None
-    menu = menus[tag.group(0)]
     k = int(m.group(1))
     return names[menu[k - 1]] if 1 <= k <= len(menu) else None
 
 
 def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> int | None:
     """The inverse of :func:`resolve_menu_ref`: ``name``'s 1-based rank in the instruction's part menu."""
-    tag = _TAG_RE.search(instruction)
-    if not tag or tag.group(0) not in menus or name not in names:
+    menu = _menu_of(instruction, menus)
+    if menu is None or name not in names:
         return None
-    menu = menus[tag.group(0)]
     i = list(names).index(name)
     return menu.index(i) + 1 if i in menu else None

@@ -32,10 +32,12 @@ from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.reading import (
     DIFFICULTY_NAMES,
     LEVEL_NAMES,
+    PART_RESULT_RE,
+    PART_TAG_RE,
     Part,
     card_levels,
+    menus_for,
     parse_parts,
-    part_menus,
     price_of,
 )
 from e3orch.orchestration.types import MilestoneRecord
@@ -73,7 +75,6 @@ def render_milestone_record(i: int, rec: MilestoneRecord) -> str:
     return "\n".join(lines)
 
 
-_PART_RESULT_RE = re.compile(r"\b(P\d+) = \S+(?: \(confidence ([0-9.]+)\))?")
 _PART_FAIL_RE = re.compile(r"\b(P\d+): cannot proceed")
 
 
@@ -85,8 +86,8 @@ def render_status(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) 
         for r in rec.results:
             if not r.ok:
                 continue
-            for m in _PART_RESULT_RE.finditer(r.output):
-                status[m.group(1)] = m.group(2) or "done"
+            for m in PART_RESULT_RE.finditer(r.output):
+                status[m.group(1)] = m.group(3) or "done"
             for m in _PART_FAIL_RE.finditer(r.output):
                 status.setdefault(m.group(1), "failed")
     if not status:
@@ -179,16 +180,13 @@ def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneR
         for r in rec.results:
             sub = by_id.get(r.id)
             if sub is not None:
-                for tag in dict.fromkeys(_PART_TAG_RE.findall(sub.instruction)):
+                for tag in dict.fromkeys(PART_TAG_RE.findall(sub.instruction)):
                     attempts[tag] = attempts.get(tag, 0) + 1
             if not r.ok:
                 continue
-            for m in _PART_RESULT_RE.finditer(r.output):
-                results[m.group(1)] = float(m.group(2)) if m.group(2) else 0.5
+            for m in PART_RESULT_RE.finditer(r.output):
+                results[m.group(1)] = float(m.group(3)) if m.group(3) else 0.5
     return results, attempts
-
-
-_PART_TAG_RE = re.compile(r"\bP\d+\b")
 
 
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
@@ -198,9 +196,9 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
         return None
     results, attempts = _attempts_and_results(obs.history)
     if kind == "plan":
-        menus = part_menus(obs.question, obs.cards)
         levels = [card_levels(c) for c in obs.cards]
-        wanted = set(_PART_TAG_RE.findall(obs.pending_milestone or ""))
+        menus = menus_for(parts, obs.cards, levels)
+        wanted = set(PART_TAG_RE.findall(obs.pending_milestone or ""))
         lines: list[str] = []
         for p in (p for p in parts if p.id in wanted):
             n = attempts.get(p.id, 0)
