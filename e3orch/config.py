@@ -40,6 +40,8 @@ class EngineConfig(_Section):
     max_plan_subtasks: int = Field(8, ge=1, description="subtasks allowed in one plan")
     max_total_subtasks: int = Field(32, ge=1, description="subtasks allowed in one episode")
     max_cost: float = Field(60.0, gt=0, description="cost budget per episode (pool cost units)")
+    max_part_attempts: int = Field(
+        3, ge=0, description="subtasks per numbered part (P3) in one episode; more are refused (defect part_attempts); 0 = no limit")
     concurrency: int = Field(16, ge=1, description="executor calls in flight per plan")
     subtask_timeout_s: float = Field(120.0, gt=0, description="wall-clock limit per executor call")
 
@@ -58,6 +60,8 @@ class EvaluateConfig(_Section):
     transfer_executors: str = "configs/executors/transfer.yaml"
     baselines: tuple[str, ...] = ("heuristic", "upfront", "sequential", "random")
     single_executors: bool = Field(True, description="also evaluate single:<executor> for every pool member")
+    generated_pools: int = Field(3, ge=0, description="generated pools never seen in any form (e3orch/executors/generated.py); 0 = none")
+    generated_seed: int = Field(0, ge=0, description="pool i is generate_pool(generated_seed + i)")
     out_dir: str = "reports"
 
 
@@ -113,6 +117,8 @@ class RolloutConfig(_Section):
     branch_depth: int = Field(12, ge=0, description="no branching at or beyond this depth")
     leaf_budget: int = Field(8, ge=1, description="max leaves per task tree")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
+    generated_pool_share: float = Field(
+        0.0, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
     seed: int = 0
     out_dir: str = "data/rollouts"
 
@@ -151,6 +157,13 @@ class WarmstartConfig(_Section):
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
     tokens_per_batch: int = Field(4096, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
+    dagger_rounds: int = Field(0, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")
+    dagger_tasks: int = Field(300, ge=1, description="train tasks the policy runs per correction round")
+    dagger_epochs: float = Field(1.0, gt=0, description="passes over the corrections (plus as many replayed demonstrations)")
+    dagger_lr: float = Field(5e-4, gt=0, description="peak learning rate of a correction round")
+    dagger_temperature: float = Field(0.8, ge=0, description="sampling temperature of the policy while it collects states")
+    generated_pool_share: float = Field(
+        0.0, ge=0, le=1, description="share of tasks (demonstrations and corrections) with a freshly generated pool")
     seed: int = 0
     out_dir: str = "models/warmstart"
 

@@ -11,6 +11,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -23,15 +24,21 @@ def _progress() -> Progress:
 
 
 @contextmanager
-def step_progress(description: str) -> Iterator[Callable[[int, int, float], None]]:
-    """A bar driven by ``on_step(step, total, loss)``."""
+def step_progress(description: str) -> Iterator[StepBar]:
+    """A bar driven by ``on_step(step, total, loss)``; ``on_step.phase(text)`` starts a new phase."""
     with _progress() as progress:
-        bar = progress.add_task(description, total=None, info="")
+        yield StepBar(progress, progress.add_task(description, total=None, info=""))
 
-        def on_step(step: int, total: int, loss: float) -> None:
-            progress.update(bar, completed=step, total=total, info=f"loss {loss:.3f}")
 
-        yield on_step
+class StepBar:
+    def __init__(self, progress: Progress, bar: TaskID) -> None:
+        self.progress, self.bar = progress, bar
+
+    def __call__(self, step: int, total: int, loss: float) -> None:
+        self.progress.update(self.bar, completed=step, total=total, info=f"loss {loss:.3f}")
+
+    def phase(self, description: str) -> None:
+        self.progress.update(self.bar, description=description, completed=0, total=None, info="")
 
 
 @contextmanager

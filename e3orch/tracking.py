@@ -237,7 +237,8 @@ class Tracker:
         """reports/: the files, one nested ``system:<name>`` run per system, headline metrics.
 
         Each system run carries ``accuracy, cost, makespan_s, ie, n`` (and the other numbers of
-        its row) for the default pool, ``transfer_*`` for the transfer pool and
+        its row) for the default pool, ``transfer_*`` for the transfer pool, ``generated_*`` for the
+        generated pools together and
         ``<benchmark>_accuracy`` / ``<benchmark>_cost`` per benchmark. The ``headline`` system's
         numbers also go onto this run and the pipeline parent, so parents compare across
         experiments.
@@ -249,16 +250,19 @@ class Tracker:
             self.log_artifact(png, "plots")
         systems = metrics.get("systems", {})
         transfer = metrics.get("transfer", {}).get("systems", {})
+        generated = metrics.get("generated", {}).get("systems", {})
         per_bench = metrics.get("per_benchmark", {})
         for name in dict.fromkeys([*systems, *transfer]):
             row = dict(systems.get(name, {}))
             row.update({f"transfer_{k}": v for k, v in transfer.get(name, {}).items()})
+            row.update({f"generated_{k}": v for k, v in generated.get(name, {}).items()})
             for bench, by_system in per_bench.items():
                 for k, v in by_system.get(name, {}).items():
                     row[f"{bench}_{k}"] = v
             self._system_run(name, row)
             if name == headline:
-                head = {k: row[k] for k in (*HEADLINE, *(f"transfer_{h}" for h in HEADLINE)) if k in row}
+                head = {k: row[k] for k in (*HEADLINE, *(f"{p}_{h}" for p in ("transfer", "generated") for h in HEADLINE))
+                        if k in row}
                 self.log_metrics(head)
                 if self.parent_run_id:
                     self.log_metrics(head, run_id=self.parent_run_id)

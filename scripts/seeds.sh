@@ -42,8 +42,8 @@ seeds = sys.argv[1:]
 runs = {s: json.loads(Path(f"runs/seed-{s}/reports/metrics.json").read_text()) for s in seeds}
 print(f"Seeds {', '.join(seeds)}: mean ± standard deviation (population) over seeds; eval split.\n")
 def table(run, pool):
-    return run["systems"] if pool == "default" else run.get("transfer", {}).get("systems", {})
-for pool in ("default", "transfer"):
+    return run["systems"] if pool == "default" else run.get(pool, {}).get("systems", {})
+for pool in ("default", "transfer", "generated"):  # generated: every generated pool's episodes together
     print(f"| {pool} pool | accuracy | cost/task | IE |\n|---|---|---|---|")
     for name in table(runs[seeds[0]], pool):  # every evaluated system, in the report's order
         rows = [table(runs[s], pool)[name] for s in seeds if name in table(runs[s], pool)]
@@ -55,4 +55,12 @@ for pool in ("default", "transfer"):
             cells.append(f"{statistics.fmean(v):.3f} ± {statistics.pstdev(v):.3f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print()
+pools = [p for p in ("default", "transfer", "generated") if table(runs[seeds[0]], p)]
+print("Per seed, e3orch vs its warm start (accuracy / cost / IE):\n")
+print("| seed | " + " | ".join(f"{p} pool" for p in pools) + " |\n|---|" + "---|" * len(pools))
+def cell(m):
+    return f"{m['accuracy']:.3f} / {m['cost']:.3f} / {m['ie']:.3f}" if m else "-"
+for s in seeds:
+    print(f"| {s} | " + " | ".join(f"{cell(table(runs[s], p).get('e3orch'))} vs {cell(table(runs[s], p).get('warmstart'))}"
+                                   for p in pools) + " |")
 PY

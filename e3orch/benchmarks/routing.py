@@ -2,7 +2,8 @@
 
 The warm start of ``params.yaml`` (same model shape, tokenizer, prompts, SFT settings and
 randomised pools) is run with one teacher only, the heuristic, so that its routing is a single
-consistent rule the policy could copy. On held-out eval tasks the policy then makes the plan
+consistent rule the policy could copy, and without correction rounds (``warmstart.dagger_rounds``
+0): the probe measures what cloning alone learns. On held-out eval tasks the policy then makes the plan
 decisions the heuristic made (greedy, same prompts) and the probe counts how often its first
 subtask names the same executor — as a card handle (``E3``) with ``policy.prompt: full``, as a
 menu rank (``#2``) with ``compact``:
@@ -49,7 +50,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     base = load_params(params_path)
     if threads:
         torch.set_num_threads(threads)
-    ws = base.warmstart.model_copy(update={"teachers": {"heuristic": 1.0}, **({"tasks": min(base.warmstart.tasks, 60), "epochs": min(base.warmstart.epochs, 1.0)} if quick else {})})
+    ws = base.warmstart.model_copy(update={"teachers": {"heuristic": 1.0}, "dagger_rounds": 0, **({"tasks": min(base.warmstart.tasks, 60), "epochs": min(base.warmstart.epochs, 1.0)} if quick else {})})
     specs = load_pool_specs(resolve_pool_path(base.evaluate.executors))
     held_out = sim_tasks(base, "eval")
     held_out = held_out[:: max(1, len(held_out) // eval_tasks)][:eval_tasks]

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     pools = (params.evaluate.executors, params.evaluate.transfer_executors)
     n_systems = sum(len(system_names(params, [s.name for s in load_pool_specs(resolve_pool_path(p))], policies))
                     for p in pools)
+    n_systems += params.evaluate.generated_pools * len(system_names(params, [], policies, singles=False))
     out_dir = args.out or params.evaluate.out_dir
     with stage_run("evaluate", params) as tracker:
         with count_progress("evaluating systems", n_systems) as advance:
@@ -43,5 +44,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(render_table(metrics["systems"]), soft_wrap=True)
     console.print("transfer pool", style="bold")
     console.print(render_table(metrics["transfer"]["systems"]), soft_wrap=True)
+    if "generated" in metrics:
+        console.print(f"generated pools (never seen in any form; {len(metrics['generated']['pools'])} pools together)",
+                      style="bold")
+        console.print(render_table(metrics["generated"]["systems"]), soft_wrap=True)
     console.print(f"wrote {args.out or params.evaluate.out_dir}/metrics.json and report.md")
     return 0

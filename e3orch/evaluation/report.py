@@ -104,6 +104,18 @@ def write_report(metrics: dict[str, Any], out: Path, rounds_path: Path | None = 
         plot_pareto(metrics["transfer"]["systems"], out / "pareto_transfer.png", "accuracy vs cost (transfer pool)")
         lines += ["## Transfer pool (never seen in training)", "",
                   render_table(metrics["transfer"]["systems"], markdown=True), "", "![pareto transfer](pareto_transfer.png)", ""]
+    if "generated" in metrics:
+        gen = metrics["generated"]
+        lines += [f"## Generated pools (never seen in any form): {len(gen['pools'])} pools, all episodes together", "",
+                  render_table(gen["systems"], markdown=True), "",
+                  "Per pool (accuracy / cost / IE; pool files in `generated_pools/`):", "",
+                  "| system | " + " | ".join(f"pool {p['seed']}" for p in gen["pools"]) + " |",
+                  "|---|" + "---|" * len(gen["pools"])]
+        for name in gen["systems"]:
+            cells = [f"{p['systems'][name]['accuracy']:.3f} / {p['systems'][name]['cost']:.3f} / {p['systems'][name]['ie']:.3f}"
+                     if name in p["systems"] else "-" for p in gen["pools"]]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
     per = metrics.get("per_benchmark", {})
     if per:
         systems = [s for s in metrics["systems"] if not s.startswith("single:")]

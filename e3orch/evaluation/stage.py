@@ -1,9 +1,12 @@
-"""The evaluate stage: every system on the eval split, on the training pool and the transfer pool.
+"""The evaluate stage: every system on the eval split, on the training pool, the transfer pool
+and ``evaluate.generated_pools`` generated pools never seen in any form.
 
 Systems: the trained policy (``e3orch``), its warm start (``warmstart``), the hand-written
-orchestrators and each single executor. Writes ``reports/metrics.json`` (DESIGN §5 shape:
-``systems``, ``per_benchmark``, ``transfer.systems``, ``transfer.per_benchmark``), the episodes,
-the Markdown report and the plots.
+orchestrators and each single executor (single executors only on the two named pools). Writes
+``reports/metrics.json`` (DESIGN §5 shape: ``systems``, ``per_benchmark``, ``transfer.systems``,
+``transfer.per_benchmark``; plus ``generated.systems`` over all generated pools' episodes and
+``generated.pools`` per pool), the episodes, the generated pools themselves
+(``generated_pools/pool-<seed>.yaml``), the Markdown report and the plots.
 """
 
 from __future__ import annotations
@@ -17,25 +20,26 @@ from typing import Any
 from e3orch.config import Params
 from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_system
 from e3orch.evaluation.systems import make_orchestrator
-from e3orch.executors.base import build_pool
+from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.types import Episode
 
 
-def system_names(params: Params, pool_names: list[str], policies: dict[str, str]) -> list[str]:
+def system_names(params: Params, pool_names: list[str], policies: dict[str, str], singles: bool = True) -> list[str]:
     names = [n for n, p in policies.items() if Path(p).exists()]
     names += list(params.evaluate.baselines)
-    if params.evaluate.single_executors:
+    if params.evaluate.single_executors and singles:
         names += [f"single:{e}" for e in pool_names]
     return names
 
 
-def evaluate_pool(params: Params, tasks: list[Any], pool_path: str, policies: dict[str, str],
-                  on_system: Callable[[str], None] | None = None) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
+def evaluate_pool(params: Params, tasks: list[Any], pool_path: str | list[ExecutorSpec], policies: dict[str, str],
+                  on_system: Callable[[str], None] | None = None, *, singles: bool = True,
+                  ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
     pool = build_pool(pool_path)
     results: dict[str, list[Episode]] = {}
 
     async def go() -> None:
-        for name in system_names(params, pool.names, policies):
+        for name in system_names(params, pool.names, policies, singles):
             orch = make_orchestrator(policies.get(name, name), pool, seed=params.evaluate.seed,
                                      policy_options={"name": name, "params": params})
             results[name] = await run_system(orch, tasks, pool, params.engine, seed=params.evaluate.seed)
@@ -63,13 +67,48 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
         **main,
         "transfer": transfer,
         "config": {"split": ecfg.split, "n_tasks": len(tasks), "seed": ecfg.seed,
-                   "executors": ecfg.executors, "transfer_executors": ecfg.transfer_executors},
+                   "executors": ecfg.executors, "transfer_executors": ecfg.transfer_executors,
+                   "generated_pools": [ecfg.generated_seed + i for i in range(ecfg.generated_pools)]},
     }
+    groups: list[tuple[str, dict[str, list[Episode]]]] = [("default", eps), ("transfer", teps)]
+    if ecfg.generated_pools:
+        metrics["generated"], gen_groups = evaluate_generated(params, tasks, policies, out / "generated_pools", on_system)
+        groups += gen_groups
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     with (out / "episodes.jsonl").open("w") as f:
-        for pool_name, group in (("default", eps), ("transfer", teps)):
+        for pool_name, group in groups:
             for name, episodes in group.items():
                 for ep in episodes:
                     f.write(json.dumps({"pool": pool_name, "system": name, **ep.to_dict()}) + "\n")
     write_report(metrics, out)
     return metrics
+
+
+def evaluate_generated(params: Params, tasks: list[Any], policies: dict[str, str], pools_dir: Path,
+                       on_system: Callable[[str], None] | None = None,
+                       ) -> tuple[dict[str, Any], list[tuple[str, dict[str, list[Episode]]]]]:
+    """Every system (no single executors) on each generated pool: ``{systems, per_benchmark}`` over
+    all pools' episodes together, plus ``pools`` (seed, members, systems) per pool. Each pool is
+    also written as a pool file, so any result can be reproduced with ``--executors``."""
+    import yaml
+
+    from e3orch.executors.generated import generate_pool
+
+    ecfg = params.evaluate
+    pools_dir.mkdir(parents=True, exist_ok=True)
+    merged: dict[str, list[Episode]] = {}
+    per_pool: list[dict[str, Any]] = []
+    groups: list[tuple[str, dict[str, list[Episode]]]] = []
+    for i in range(ecfg.generated_pools):
+        seed = ecfg.generated_seed + i
+        specs = generate_pool(seed)
+        path = pools_dir / f"pool-{seed}.yaml"
+        header = f"# generate_pool({seed}): never seen in training (e3orch/executors/generated.py)\n"
+        path.write_text(header + yaml.safe_dump({"executors": [s.model_dump(exclude_none=True) | s.options for s in specs]},
+                                                sort_keys=False))
+        table, results = evaluate_pool(params, tasks, specs, policies, on_system, singles=False)
+        per_pool.append({"seed": seed, "executors": [s.name for s in specs], "systems": table["systems"]})
+        groups.append((f"generated-{seed}", results))
+        for name, episodes in results.items():
+            merged.setdefault(name, []).extend(episodes)
+    return {**metrics_table(merged), "pools": per_pool}, groups

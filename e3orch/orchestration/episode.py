@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from e3orch.config import EngineConfig
@@ -27,7 +27,7 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool
 from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.protocol import parse_milestone, parse_plan
-from e3orch.orchestration.reading import part_menus
+from e3orch.orchestration.reading import PART_TAG_RE, part_attempts, part_menus
 from e3orch.orchestration.scheduler import run_plan
 from e3orch.orchestration.types import Defect, Episode, MilestoneDecision, MilestoneRecord, Plan
 
@@ -48,6 +48,7 @@ class Observation:
     subtasks_left: int
     cost_left: float
     max_plan_subtasks: int
+    max_part_attempts: int = 0  # engine.max_part_attempts (0 = no limit)
 
 
 class Orchestrator(abc.ABC):
@@ -106,6 +107,7 @@ class EpisodeState:
             subtasks_left=self.cfg.max_total_subtasks - self.subtasks_used,
             cost_left=self.cfg.max_cost - self.cost,
             max_plan_subtasks=min(self.cfg.max_plan_subtasks, self.cfg.max_total_subtasks - self.subtasks_used),
+            max_part_attempts=self.cfg.max_part_attempts,
         )
 
     # -- decisions ---------------------------------------------------------------------------
@@ -136,8 +138,31 @@ class EpisodeState:
                           menus=part_menus(self.task.question, self.specs))
         if room < self.cfg.max_plan_subtasks and any(d.code == "oversized_plan" for d in plan.defects):
             plan = Plan(plan.subtasks, (*plan.defects, Defect("over_budget", f"{room} subtasks left in the episode")))
+        if self.cfg.max_part_attempts:
+            plan = self._refuse_spent_parts(plan)
         self.defects.extend(plan.defects)
         return plan
+
+    def _refuse_spent_parts(self, plan: Plan) -> Plan:
+        """Drop the subtasks naming a part that has had ``max_part_attempts`` subtasks already
+        (earlier subtasks of this plan count); their ids leave the others' deps."""
+        attempts = part_attempts(self.milestones)
+        keep, defects = [], list(plan.defects)
+        for s in plan.subtasks:
+            tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
+            spent = [t for t in tags if attempts.get(t, 0) >= self.cfg.max_part_attempts]
+            if spent:
+                defects.append(Defect("part_attempts", f"{s.id}: {spent[0]} already had {attempts[spent[0]]} subtasks "
+                                                       f"(engine.max_part_attempts)"))
+                continue
+            for t in tags:
+                attempts[t] = attempts.get(t, 0) + 1
+            keep.append(s)
+        if len(keep) == len(plan.subtasks):
+            return plan
+        dropped = {s.id for s in plan.subtasks} - {s.id for s in keep}
+        keep = [replace(s, deps=tuple(d for d in s.deps if d not in dropped)) for s in keep]
+        return Plan(tuple(keep), tuple(defects))
 
     async def act(self, plan: Plan, pool: Pool, plan_completion: str = "") -> MilestoneRecord:
         """Run ``plan`` for the pending milestone and record the step."""

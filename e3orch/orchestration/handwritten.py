@@ -114,8 +114,10 @@ class RuleOrchestrator(Orchestrator):
     def accepted(self, st: PartStatus) -> bool:
         return st.value is not None and (st.confidence >= self.accept_confidence or not self.repair)
 
-    def ready(self, parts: Sequence[Part], status: dict[str, PartStatus]) -> list[Part]:
+    def ready(self, parts: Sequence[Part], status: dict[str, PartStatus], engine_limit: int = 0) -> list[Part]:
         limit = self.max_attempts if self.repair else 1
+        if engine_limit:  # engine.max_part_attempts: never plan what the engine would refuse
+            limit = min(limit, engine_limit)
         return [
             p for p in parts
             if not self.accepted(status[p.id]) and status[p.id].attempts < limit
@@ -124,7 +126,7 @@ class RuleOrchestrator(Orchestrator):
         ]
 
     def milestone(self, obs: Observation, parts: Sequence[Part], sink: str | None, status: dict[str, PartStatus]) -> str:
-        ready = self.ready(parts, status)
+        ready = self.ready(parts, status, obs.max_part_attempts)
         if not ready or obs.milestones_left <= 0 or obs.subtasks_left <= 0 or (sink and self.accepted(status[sink])):
             return render_answer(sink or parts[-1].id)
         chosen = ready if self.parallel else ready[:1]
@@ -209,7 +211,7 @@ class RandomOrchestrator(RuleOrchestrator):
         return random.Random(stable_seed(self.seed, obs.task_id, len(obs.history), obs.pending_milestone or ""))
 
     def milestone(self, obs: Observation, parts: Sequence[Part], sink: str | None, status: dict[str, PartStatus]) -> str:
-        ready = self.ready(parts, status)
+        ready = self.ready(parts, status, obs.max_part_attempts)
         if not ready or obs.milestones_left <= 0 or (sink and status[sink].value is not None):
             return render_answer(sink or parts[-1].id)
         rng = self._rng(obs)

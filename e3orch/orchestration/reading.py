@@ -18,10 +18,14 @@ hidden requirement graph or executor profiles. What it deliberately does not do:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from e3orch.executors.base import SKILLS, ExecutorSpec
+
+if TYPE_CHECKING:
+    from e3orch.orchestration.types import MilestoneRecord
 
 _PART_RE = re.compile(r"^\s*(P\d+)\s*:\s*(.*?)\s*$")
 _USING_RE = re.compile(r",?\s*using\s+(.+?)\.?\s*$", re.I)
@@ -29,6 +33,20 @@ _SINK_RE = re.compile(r"result of\s+(P\d+)", re.I)
 PART_TAG_RE = re.compile(r"\bP\d+\b")  # a part named anywhere in a text
 # a reported value in an executor's output: "P3 = Norvik52 (confidence 0.92)" → part, value, confidence
 PART_RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
+
+
+def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
+    """Per part: how many executed subtasks named it (a subtask naming it twice counts once).
+    What the compact prompt shows as ``x3`` and what ``engine.max_part_attempts`` limits."""
+    attempts: dict[str, int] = {}
+    for rec in history:
+        by_id = {s.id: s for s in rec.plan.subtasks}
+        for r in rec.results:
+            sub = by_id.get(r.id)
+            if sub is not None:
+                for tag in dict.fromkeys(PART_TAG_RE.findall(sub.instruction)):
+                    attempts[tag] = attempts.get(tag, 0) + 1
+    return attempts
 
 SKILL_WORDS: dict[str, tuple[str, ...]] = {
     "retrieve": ("look up", "find", "retrieve", "search", "lookup"),

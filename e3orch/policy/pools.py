@@ -3,7 +3,8 @@
 Names, membership and prices change from task to task (descriptions, the cards' honest
 content, stay), so the policy must read cards instead of memorising names. The simulator's
 hidden profile of each executor travels with it — renaming an executor does not change what
-it can do.
+it can do. A share of tasks (``generated_pool_share``) instead get a freshly generated pool of
+new executors, whose levels and prices are arranged as the training pool's never are.
 """
 
 from __future__ import annotations
@@ -51,3 +52,16 @@ def randomize_pool(
         out.append(ExecutorSpec.model_validate(data))
     rng.shuffle(out)
     return out
+
+
+def training_pool(specs: Sequence[ExecutorSpec], rng: random.Random, generated_share: float = 0.0) -> list[ExecutorSpec]:
+    """The pool of one training task: a random variant of ``specs``, or — for a share
+    ``generated_share`` of tasks — a freshly drawn pool of new executors (new skill profiles and
+    levels, not only new names), so the policy meets cards whose cheapest capable member is only
+    fair, specialists it never saw, and so on. Those are named from this module's syllables, which
+    the evaluation's generated pools never use."""
+    from e3orch.executors.generated import sample_pool
+
+    if generated_share > 0 and rng.random() < generated_share:
+        return sample_pool(rng, name=random_name)
+    return randomize_pool(specs, rng)

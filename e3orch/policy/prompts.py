@@ -5,7 +5,8 @@
   drops the oldest first when the prompt would exceed its token budget; outputs are clipped per
   result. For pretrained LLMs, which read prose.
 * ``compact`` — the same information digested into a few lines: each numbered part with its
-  skill, difficulty cue, dependencies and state (latest confidence, attempts); the final part's
+  skill, difficulty cue, dependencies and state (latest confidence, attempts, and ``spent`` once
+  it has had the ``engine.max_part_attempts`` subtasks the engine allows); the final part's
   state is repeated on the ``### final`` line, next to the answer-or-go-on decision that hinges
   on it (without it the small policy answered with a low-confidence final part on 40 of 140
   tasks; with it, on 1). For a plan decision, each part's *menu*: the executors whose card
@@ -38,6 +39,7 @@ from e3orch.orchestration.reading import (
     card_levels,
     menus_for,
     parse_parts,
+    part_attempts,
     price_of,
 )
 from e3orch.orchestration.types import MilestoneRecord
@@ -130,7 +132,8 @@ def render_prompt(
     status = render_status(obs.history)
     focus = focus_lines(obs.question, obs.pending_milestone) if kind == "plan" else []
     tail = ([f"### status: {status}"] if status else []) + focus + [
-        f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
+        f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left"
+        + (f", at most {obs.max_part_attempts} subtasks per part" if obs.max_part_attempts else ""),
         f"### decide: plan for {obs.pending_milestone}" if kind == "plan" else "### decide: milestone",
     ]
     records = [render_milestone_record(i + 1, m) for i, m in enumerate(obs.history)]
@@ -158,7 +161,7 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     return default
 
 
-def _part_state(part: Part, results: dict[str, float], attempts: dict[str, int]) -> str:
+def _part_state(part: Part, results: dict[str, float], attempts: dict[str, int], limit: int = 0) -> str:
     if part.id in results:
         state = f"{results[part.id]:.2f}"
     elif attempts.get(part.id):
@@ -167,26 +170,23 @@ def _part_state(part: Part, results: dict[str, float], attempts: dict[str, int])
         state = "open"
     else:
         state = "waits"
-    n = attempts.get(part.id, 0)
-    return state + (f" x{n}" if n else "")
+    return state + _attempts_note(attempts.get(part.id, 0), limit)
+
+
+def _attempts_note(n: int, limit: int) -> str:
+    """`` x2``; `` x3 spent`` once the engine refuses more (``engine.max_part_attempts``)."""
+    return (f" x{n}" if n else "") + (" spent" if limit and n >= limit else "")
 
 
 def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> tuple[dict[str, float], dict[str, int]]:
     """Per part: the confidence of its latest reported value, and its attempts."""
     results: dict[str, float] = {}
-    attempts: dict[str, int] = {}
     for rec in history:
-        by_id = {s.id: s for s in rec.plan.subtasks}
         for r in rec.results:
-            sub = by_id.get(r.id)
-            if sub is not None:
-                for tag in dict.fromkeys(PART_TAG_RE.findall(sub.instruction)):
-                    attempts[tag] = attempts.get(tag, 0) + 1
-            if not r.ok:
-                continue
-            for m in PART_RESULT_RE.finditer(r.output):
-                results[m.group(1)] = float(m.group(3)) if m.group(3) else 0.5
-    return results, attempts
+            if r.ok:
+                for m in PART_RESULT_RE.finditer(r.output):
+                    results[m.group(1)] = float(m.group(3)) if m.group(3) else 0.5
+    return results, part_attempts(history)
 
 
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
@@ -195,26 +195,26 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     if not parts:
         return None
     results, attempts = _attempts_and_results(obs.history)
+    limit = obs.max_part_attempts
     if kind == "plan":
         levels = [card_levels(c) for c in obs.cards]
         menus = menus_for(parts, obs.cards, levels)
         wanted = set(PART_TAG_RE.findall(obs.pending_milestone or ""))
         lines: list[str] = []
         for p in (p for p in parts if p.id in wanted):
-            n = attempts.get(p.id, 0)
             options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
                                  for k, i in enumerate(menus[p.id]))
             lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
-                         f"{f' x{n}' if n else ''}: {options or '(no capable executor)'}")
+                         f"{_attempts_note(attempts.get(p.id, 0), limit)}: {options or '(no capable executor)'}")
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
     by_id = {p.id: p for p in parts}
     head = ["### parts"]
     for p in parts:
         deps = f" <{','.join(p.deps)}" if p.deps else ""
-        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, results, attempts)}")
+        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, results, attempts, limit)}")
     return "\n".join(head + [
         # the final part's state again, next to the decision that depends on it most (answer or not)
-        f"### final: {sink}" + (f" {_part_state(by_id[sink], results, attempts)}" if sink in by_id else ""),
+        f"### final: {sink}" + (f" {_part_state(by_id[sink], results, attempts, limit)}" if sink in by_id else ""),
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         "### decide: milestone",
     ]) + "\n"

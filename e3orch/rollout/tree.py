@@ -29,7 +29,7 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
-from e3orch.policy.pools import randomize_pool
+from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 from e3orch.rollout.records import DecisionNode, Leaf
 
@@ -126,7 +126,8 @@ class TreeRollout:
         active: list[_Path] = []
         for task in tasks:
             rng = random.Random(stable_seed("pool", seed, round_id, task.task_id))
-            task_specs = randomize_pool(specs, rng) if self.cfg.randomize_pool else list(specs)
+            task_specs = (training_pool(specs, rng, self.cfg.generated_pool_share) if self.cfg.randomize_pool
+                          else list(specs))
             pool = build_pool(task_specs)
             tree = _Tree(f"r{round_id}:{task.task_id}", task, task_specs)
             result.trees[tree.tree_id] = [s.model_dump(include={"name", "description", "price", "latency"}) for s in task_specs]

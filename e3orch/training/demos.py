@@ -3,6 +3,12 @@
 Teachers are mixed per task (``heuristic``, ``sequential``, ``upfront``, ``random``,
 ``single:<executor>``) and every task gets its own randomised pool, so the warm-start policy
 starts diverse and reads cards rather than copying one rule or memorising names.
+
+``collect_corrections`` is the same recording with the *policy* acting and the teacher only
+labelling (DAgger, Ross et al. 2011): a cloned policy drifts into states its teachers never
+visit — a part retried a fourth time, a milestone that skipped a part — and, never having seen
+them, keeps going wrong there; the teacher's decision in exactly those states teaches it to
+recover.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from e3orch.orchestration.handwritten import make_handwritten
 from e3orch.orchestration.protocol import to_handles, to_menu_refs
 from e3orch.orchestration.reading import part_menus
 from e3orch.orchestration.types import Episode
-from e3orch.policy.pools import randomize_pool
+from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import PromptStyle, render_prompt
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
@@ -54,14 +60,20 @@ class Recorder(Orchestrator):
 
     With ``handles`` the recorded plans name executors by card handle (``E3``): a short pointer
     into the prompt's cards is far easier for a small policy to produce than a random name; with
-    the ``compact`` style, by rank in the part's menu (``#2``) where the menu lists them."""
+    the ``compact`` style, by rank in the part's menu (``#2``) where the menu lists them.
 
-    def __init__(self, inner: Orchestrator, handles: bool = True, style: PromptStyle = "full") -> None:
+    With ``actor`` the actor's decision is the one executed and the teacher only labels the states
+    the actor reaches (its empty labels are not recorded)."""
+
+    def __init__(self, inner: Orchestrator, handles: bool = True, style: PromptStyle = "full",
+                 actor: Orchestrator | None = None) -> None:
         self.inner = inner
         self.handles = handles
         self.style = style
+        self.actor = actor
         self.name = inner.name
         self.records: list[tuple[str, Observation, str]] = []
+        self.agreed = 0
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
@@ -70,8 +82,14 @@ class Recorder(Orchestrator):
             names = [c.name for c in obs.cards]
             taught = (to_menu_refs(text, names, part_menus(obs.question, obs.cards)) if self.style == "compact"
                       else to_handles(text, names))
-        self.records.append((kind, obs, taught))
-        return text
+        if self.actor is None:
+            self.records.append((kind, obs, taught))
+            return text
+        acted = await self.actor.decide(obs, kind)
+        if taught.strip():
+            self.records.append((kind, obs, taught))
+            self.agreed += acted.strip() == taught.strip()
+        return acted
 
 
 def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]) -> str:
@@ -81,23 +99,28 @@ def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]
 
 
 async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine: EngineConfig, seed: int,
-                   mix: dict[str, float], randomize: bool, style: PromptStyle) -> tuple[list[Demo], list[Episode]]:
+                   mix: dict[str, float], randomize: bool, style: PromptStyle,
+                   actor: Orchestrator | None = None, stream: str = "demo", generated_share: float = 0.0,
+                   ) -> tuple[list[Demo], list[Episode], int]:
     demos: list[Demo] = []
     episodes: list[Episode] = []
+    agreed = 0
 
     async def one(task: Task) -> None:
-        rng = random.Random(stable_seed("demo", seed, task.task_id))
-        task_specs = randomize_pool(specs, rng) if randomize else list(specs)
+        nonlocal agreed
+        rng = random.Random(stable_seed(stream, seed, task.task_id))
+        task_specs = training_pool(specs, rng, generated_share) if randomize else list(specs)
         pool = build_pool(task_specs)
         teacher = pick_teacher(rng, pool.names, mix)
-        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed), style=style)
-        ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id))
+        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed), style=style, actor=actor)
+        ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
         episodes.append(ep)
+        agreed += rec.agreed
         demos.extend(Demo(task.task_id, teacher, k, render_prompt(o, k, style=style), c,  # type: ignore[arg-type]
                           obs=o, correct=ep.correct, cost=ep.cost, style=style) for k, o, c in rec.records)
 
     await asyncio.gather(*(one(t) for t in tasks))
-    return demos, episodes
+    return demos, episodes, agreed
 
 
 def collect_demonstrations(
@@ -109,5 +132,26 @@ def collect_demonstrations(
     mix: dict[str, float] | None = None,
     randomize: bool = True,
     style: PromptStyle = "full",
+    generated_share: float = 0.0,
 ) -> tuple[list[Demo], list[Episode]]:
-    return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style))
+    demos, episodes, _ = asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style,
+                                              generated_share=generated_share))
+    return demos, episodes
+
+
+def collect_corrections(
+    tasks: Sequence[Task],
+    specs: Sequence[ExecutorSpec],
+    engine: EngineConfig,
+    actor: Orchestrator,
+    *,
+    seed: int = 0,
+    mix: dict[str, float] | None = None,
+    style: PromptStyle = "full",
+    generated_share: float = 0.0,
+) -> tuple[list[Demo], list[Episode], int]:
+    """The ``actor`` (a policy) runs the tasks on randomised pools; at every state it reaches, the
+    task's teacher says what it would have done. Returns the teacher-labelled demos, the actor's
+    episodes, and how many of its decisions matched the label exactly."""
+    return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, True, style,
+                                actor=actor, stream="dagger", generated_share=generated_share))

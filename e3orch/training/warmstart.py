@@ -1,4 +1,10 @@
-"""The warm-start stage as a library function: demonstrations → SFT → ``models/warmstart``."""
+"""The warm-start stage as a library function: demonstrations → SFT → corrections → ``models/warmstart``.
+
+Cloning alone leaves the policy helpless in states its teachers never reach (the first thing it
+does differently leads it off their paths). ``warmstart.dagger_rounds`` correction rounds fix
+that: the cloned policy runs train tasks itself, the teachers label every state it reaches,
+and it trains on those labels plus as many replayed demonstrations (DAgger).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ from e3orch.config import Params
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
-from e3orch.training.data import encode_pair
-from e3orch.training.demos import collect_demonstrations
+from e3orch.training.data import Example, encode_pair
+from e3orch.training.demos import Demo, collect_corrections, collect_demonstrations
 from e3orch.training.sft import SFTStats, sft_train
 
 log = logging.getLogger(__name__)
@@ -46,7 +52,7 @@ def warmstart(
     rng = random.Random(stable_seed("warmstart", cfg.seed))
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
-                                             style=params.policy.prompt)
+                                             style=params.policy.prompt, generated_share=cfg.generated_pool_share)
     tokenizer = load_tokenizer(str(init))
     examples = []
     budget = params.policy.max_prompt_tokens
@@ -54,20 +60,27 @@ def warmstart(
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    for d in demos:
-        e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), d.completion, cfg.max_seq_len)
-        if e is None:
-            continue
-        # An episode has one answer decision and many milestone/plan decisions; without
-        # oversampling the policy learns to keep planning and never stops.
-        copies = cfg.answer_oversample if d.completion.startswith("ANSWER:") else 1
-        examples.extend([e] * copies)
+    def encode(ds: Sequence[Demo]) -> list[Example]:
+        out: list[Example] = []
+        for d in ds:
+            e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), d.completion, cfg.max_seq_len)
+            if e is None:
+                continue
+            # An episode has one answer decision and many milestone/plan decisions; without
+            # oversampling the policy learns to keep planning and never stops.
+            copies = cfg.answer_oversample if d.completion.startswith("ANSWER:") else 1
+            out.extend([e] * copies)
+        return out
+
+    examples = encode(demos)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(str(init))
     acc = accelerator or Accelerator(cpu=not torch.cuda.is_available() or params.policy.device == "cpu")
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
                       tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, pad_id=tokenizer.pad_token_id,
                       on_step=on_step)
+    rounds = correct(params, acc.unwrap_model(model), tokenizer, train_tasks, specs, examples, encode,
+                     accelerator=acc, on_step=on_step)
     out = Path(out_dir or cfg.out_dir)
     acc.wait_for_everyone()
     info = {
@@ -80,6 +93,7 @@ def warmstart(
         "skipped_steps": stats.skipped_steps,
         "tokens": stats.tokens,
         "seconds": stats.seconds,
+        "corrections": rounds,
     }
     state_dict = acc.get_state_dict(model)  # collective: gathers sharded (FSDP) weights on every process
     if acc.is_main_process:
@@ -87,3 +101,82 @@ def warmstart(
                         prompt=params.policy.prompt, warmstart=info)
     acc.wait_for_everyone()
     return out, stats, info
+
+
+def correct(
+    params: Params,
+    model: Any,
+    tokenizer: Any,
+    train_tasks: Sequence[Task],
+    specs: Sequence[ExecutorSpec],
+    demo_examples: Sequence[Example],
+    encode: Callable[[Sequence[Demo]], list[Example]],
+    *,
+    accelerator: Any,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``warmstart.dagger_rounds`` correction rounds on ``model`` (trained in place). Each round the
+    policy runs ``dagger_tasks`` train tasks (sampling at ``dagger_temperature``, pools randomised),
+    the task's teacher labels every state it reached, and the policy trains on all labels so far
+    plus as many demonstrations replayed (so it keeps what it cloned). Returns per-round figures:
+    the policy's own accuracy and cost on its runs, and how often it already agreed.
+
+    With several processes each runs its share of the tasks and all train on everyone's labels.
+    Sharded models (FSDP) cannot generate here: the rounds need DDP or one process."""
+    from accelerate.utils import DistributedType, gather_object
+
+    from e3orch.policy.backends.hf import TransformersBackend
+    from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
+
+    cfg, pc = params.warmstart, params.policy
+    if cfg.dagger_rounds and accelerator.distributed_type == DistributedType.FSDP:
+        raise ValueError("warmstart.dagger_rounds: correction rounds generate with the whole model and do not "
+                         "run under FSDP; set it to 0 or warm-start with DDP (configs/accelerate/ddp_gpu.yaml)")
+    many = accelerator.num_processes > 1
+    fixes: list[Example] = []
+    rounds: list[dict[str, Any]] = []
+    phase = getattr(on_step, "phase", None)  # a progress bar's phase label (e3orch.progress.StepBar)
+    for r in range(cfg.dagger_rounds):
+        if phase:
+            phase(f"correction round {r + 1}/{cfg.dagger_rounds}: the policy runs {cfg.dagger_tasks} tasks")
+        rng = random.Random(stable_seed("dagger", cfg.seed, r))
+        tasks = rng.sample(list(train_tasks), min(cfg.dagger_tasks, len(train_tasks)))
+        backend = TransformersBackend(model, tokenizer=tokenizer, batch_size=pc.batch_size)
+        actor = PolicyOrchestrator(backend, DecodeSettings(
+            temperature=cfg.dagger_temperature, top_p=pc.top_p, prompt_style=pc.prompt,
+            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
+            max_prompt_tokens=pc.max_prompt_tokens), name="warmstart", seed=stable_seed("dagger-decode", cfg.seed, r))
+        mine = tasks[accelerator.process_index::accelerator.num_processes]
+        labels, episodes, agreed = collect_corrections(mine, specs, params.engine, actor, seed=cfg.seed + r,
+                                                       mix=cfg.teachers, style=pc.prompt,
+                                                       generated_share=cfg.generated_pool_share)
+        new = encode(labels)
+        runs = [(e.correct, e.cost) for e in episodes]
+        counts = [len(labels), agreed]
+        if many:  # everyone trains on every process's labels (same examples, same order)
+            new, runs = gather_object(new), gather_object(runs)
+            counts = [sum(c[i] for c in gather_object([counts])) for i in range(2)]
+        fixes.extend(new)
+        if phase:
+            phase(f"correction round {r + 1}/{cfg.dagger_rounds}: training")
+        replay = rng.sample(list(demo_examples), min(len(fixes), len(demo_examples)))
+        stats = sft_train(model, fixes + replay, accelerator=accelerator, lr=cfg.dagger_lr, epochs=cfg.dagger_epochs,
+                          tokens_per_batch=cfg.tokens_per_batch, seed=stable_seed(cfg.seed, r),
+                          pad_id=tokenizer.pad_token_id, on_step=on_step)
+        model = accelerator.unwrap_model(model)
+        n = max(1, len(runs))
+        rounds.append({
+            "round": r + 1,
+            "tasks": len(tasks),
+            "policy_accuracy": sum(c for c, _ in runs) / n,
+            "policy_cost": sum(cost for _, cost in runs) / n,
+            "decisions": counts[0],
+            "agreement": counts[1] / max(1, counts[0]),
+            "steps": stats.steps,
+            "final_loss": stats.final_loss,
+            "skipped_steps": stats.skipped_steps,
+            "seconds": stats.seconds,
+        })
+        log.info("correction round %d: policy accuracy %.3f cost %.3f, agreed with its teachers on %.1f%% of %d decisions",
+                 r + 1, rounds[-1]["policy_accuracy"], rounds[-1]["policy_cost"], 100 * rounds[-1]["agreement"], counts[0])
+    return rounds

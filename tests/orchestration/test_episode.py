@@ -43,7 +43,7 @@ def _spec(name: str, rate: float, price: float, **extra: object) -> ExecutorSpec
 
 
 POOL = build_pool([_spec("perfect", 1.0, 1.0, latency_noise=0.0), _spec("hopeless", 0.0, 0.1)])
-CFG = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_cost=100.0)
+CFG = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_cost=100.0, max_part_attempts=0)
 
 
 class Scripted(Orchestrator):
@@ -158,7 +158,7 @@ def test_invalid_plans_are_recorded_and_the_episode_goes_on() -> None:
 
 
 def test_cost_budget_ends_the_episode_after_the_plan_that_crossed_it() -> None:
-    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_cost=0.05)
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_cost=0.05, max_part_attempts=0)
     ep = play(Scripted(*SOLVE_CHAIN), cfg)
     assert len(ep.milestones) == 1
     assert ep.cost >= 0.05
@@ -168,7 +168,7 @@ def test_cost_budget_ends_the_episode_after_the_plan_that_crossed_it() -> None:
 
 
 def test_subtask_budget_truncates_plans_with_over_budget_defect() -> None:
-    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=3, max_total_subtasks=4, max_cost=100.0)
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=3, max_total_subtasks=4, max_cost=100.0, max_part_attempts=0)
     three = "S1 | perfect | - | Solve P1.\nS2 | hopeless | - | Solve P1.\nS3 | hopeless | - | Solve P1."
     ep = play(Scripted(["MILESTONE: a", "MILESTONE: b", "ANSWER: P1"], [three]), cfg)
     assert [len(m.plan.subtasks) for m in ep.milestones] == [3, 1]
@@ -247,3 +247,37 @@ def test_forks_with_different_branches_draw_different_noise() -> None:
 
     assert latency("x") == latency("x")
     assert latency("x") != latency("y")
+
+
+# -- attempts per part ------------------------------------------------------------------------
+
+
+def test_a_part_gets_at_most_max_part_attempts_subtasks() -> None:
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=3)
+    orch = Scripted(["MILESTONE: Solve P1, P2", "MILESTONE: Solve P1, P2", "ANSWER: P2"],
+                    ["S1 | hopeless | - | Solve P1.\nS2 | hopeless | - | Solve P1.",        # P1 twice: x2
+                     "S1 | hopeless | - | Solve P1.\nS2 | perfect | S1 | Solve P2.\nS3 | perfect | - | Solve P1."])
+    ep = play(orch, cfg)
+    first, second = ep.milestones
+    assert [s.id for s in first.plan.subtasks] == ["S1", "S2"]
+    # the third P1 subtask runs, the fourth is refused; its id leaves nobody's deps (none here)
+    assert [(s.id, s.deps) for s in second.plan.subtasks] == [("S1", ()), ("S2", ("S1",))]
+    assert codes(ep) == ["part_attempts"]
+    assert ep.defects[0].detail == "S3: P1 already had 3 subtasks (engine.max_part_attempts)"
+    assert orch.seen[-1][1].max_part_attempts == 3
+
+
+def test_refused_subtasks_leave_the_deps_of_the_others() -> None:
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
+    orch = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P1, P2", "ANSWER: P2"],
+                    ["S1 | perfect | - | Solve P1.", "S1 | perfect | - | Solve P1.\nS2 | perfect | S1 | Solve P2."])
+    ep = play(orch, cfg)
+    assert [(s.id, s.deps) for s in ep.milestones[1].plan.subtasks] == [("S2", ())]
+    assert codes(ep) == ["part_attempts"]
+
+
+def test_no_limit_with_zero() -> None:
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=0)
+    ep = play(Scripted(["MILESTONE: again"], ["S1 | hopeless | - | Solve P1."]), cfg)
+    assert len(ep.milestones) == 4 and all(len(m.plan.subtasks) == 1 for m in ep.milestones)
+    assert "part_attempts" not in codes(ep)

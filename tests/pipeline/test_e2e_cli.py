@@ -10,6 +10,8 @@ import pytest
 from conftest import write_tiny_params
 
 from e3orch.cli import main
+from e3orch.executors.base import load_pool_specs
+from e3orch.executors.generated import generate_pool
 from e3orch.rollout.records import LEAF_SCHEMA, NODE_SCHEMA, SCORED_SCHEMA
 
 
@@ -44,13 +46,26 @@ def test_stage_outputs_exist_and_validate(pipeline: Path) -> None:
 
 def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:
     m = json.loads((pipeline / "reports/metrics.json").read_text())
-    for block in (m["systems"], m["transfer"]["systems"]):
+    for block in (m["systems"], m["transfer"]["systems"], m["generated"]["systems"], m["generated"]["pools"][0]["systems"]):
         assert {"e3orch", "warmstart", "heuristic"} <= set(block)
         for row in block.values():
             assert {"accuracy", "cost", "makespan_s", "ie", "n"} <= set(row)
-            assert row["n"] == 4  # 2 domains x limit 2
+            assert row["n"] == 4  # 2 domains x limit 2 (one generated pool)
     assert set(m["per_benchmark"]) == {"sim/math", "sim/table"}
     assert (pipeline / "reports/report.md").exists() and (pipeline / "reports/pareto.png").exists()
+    # the generated pool is written out and is the one that was evaluated
+    pool = load_pool_specs(pipeline / "reports/generated_pools/pool-0.yaml")
+    assert [s.name for s in pool] == m["generated"]["pools"][0]["executors"] == [s.name for s in generate_pool(0)]
+    assert "Generated pools (never seen in any form)" in (pipeline / "reports/report.md").read_text()
+    episodes = [json.loads(line) for line in (pipeline / "reports/episodes.jsonl").read_text().splitlines()]
+    assert {e["pool"] for e in episodes} == {"default", "transfer", "generated-0"}
+
+
+def test_warm_start_ran_a_correction_round(pipeline: Path) -> None:
+    info = json.loads((pipeline / "reports/warmstart.json").read_text())
+    (r,) = info["corrections"]
+    assert r["round"] == 1 and r["tasks"] == 3 and r["decisions"] > 0 and r["steps"] >= 1
+    assert 0.0 <= r["agreement"] <= 1.0 and 0.0 <= r["policy_accuracy"] <= 1.0
 
 
 def test_train_resumes_from_its_checkpoint(pipeline: Path) -> None:

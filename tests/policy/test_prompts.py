@@ -56,3 +56,16 @@ def test_compact_falls_back_to_full_without_numbered_parts() -> None:
     obs = _obs((), None, question="What is 2 + 2?")
     assert render_prompt(obs, "milestone", style="compact") == render_prompt(obs, "milestone", style="full")
     assert "### executors" in render_prompt(obs, "milestone", style="compact")
+
+
+def test_compact_prompts_mark_parts_the_engine_will_not_run_again() -> None:
+    retry = MilestoneRecord("Solve P3", Plan((Subtask("S1", "mid-llm", "Solve P3."),)),
+                            [ExecutionResult("S1", "mid-llm", True, "P3 = yes-1 (confidence 0.41)")])
+    obs = _obs((*HISTORY, retry, retry, retry), None)
+    spent = Observation(**{**obs.__dict__, "max_part_attempts": 3})
+    text = render_prompt(spent, "milestone", style="compact")
+    assert "P3 reason normal <P1,P2: 0.41 x3 spent\n" in text and "### final: P3 0.41 x3 spent\n" in text
+    # without an engine limit there is nothing to mark
+    assert "spent" not in render_prompt(obs, "milestone", style="compact")
+    plan = Observation(**{**spent.__dict__, "pending_milestone": "Solve P3"})
+    assert render_prompt(plan, "plan", style="compact").startswith("### S1 P3 reason normal x3 spent: #1 good 3.5")

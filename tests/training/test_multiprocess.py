@@ -17,11 +17,19 @@ from e3orch.cli import main
 
 @pytest.mark.slow
 def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
-    params = write_tiny_params(tmp_path, train={"rounds": 1})
+    params = write_tiny_params(tmp_path, train={"rounds": 1}, warmstart={"dagger_tasks": 4})
     assert main(["prepare", "--params", str(params)]) == 0
-    assert main(["warmstart", "--params", str(params), "--metrics", str(tmp_path / "ws.json")]) == 0
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0"}
+    # warm start with a correction round: each process runs 2 of the 4 tasks, both train on all labels
+    proc = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "warmstart", "--params", str(params),
+         "--metrics", str(tmp_path / "ws.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (r,) = json.loads((tmp_path / "ws.json").read_text())["corrections"]
+    assert r["tasks"] == 4 and r["decisions"] > 0
     proc = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "train", "--params", str(params),
          "--no-resume", "--metrics", str(tmp_path / "rounds.json")],

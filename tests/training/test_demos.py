@@ -1,0 +1,55 @@
+"""Demonstrations and corrections: who acts, who labels, what is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from e3orch.config import EngineConfig
+from e3orch.data.sim import generate_task, stable_seed
+from e3orch.executors.base import build_pool, load_pool_specs
+from e3orch.orchestration.episode import run_episode
+from e3orch.orchestration.handwritten import make_handwritten
+from e3orch.training.demos import Recorder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_with_an_actor_the_actor_acts_and_the_teacher_labels_every_state_it_reaches() -> None:
+    task = generate_task(0, "research", 0, "train")  # independent parts P1..Pk, then a final part using them
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    engine = EngineConfig()
+    seed = stable_seed(0, task.task_id)
+
+    def episode(orch):  # type: ignore[no-untyped-def]
+        return asyncio.run(run_episode(task, orch, build_pool(specs), engine, seed=seed))
+
+    names = [s.name for s in specs]
+    alone = episode(make_handwritten("sequential", names))
+    rec = Recorder(make_handwritten("heuristic", names), style="compact", actor=make_handwritten("sequential", names))
+    acted = episode(rec)
+    # the episode is the actor's, decision for decision
+    assert [m.text for m in acted.milestones] == [m.text for m in alone.milestones]
+    assert acted.answer == alone.answer and acted.cost == alone.cost
+    # every state the actor reached is labelled with what the heuristic would do there
+    assert len(rec.records) == 2 * len(alone.milestones) + 1
+    kind, obs, label = rec.records[0]
+    assert kind == "milestone" and obs.history == ()
+    wide = [line.split(":")[0] for line in task.question.splitlines() if ", using" not in line and line[:1] == "P"]
+    assert len(wide) >= 2
+    assert label == "MILESTONE: Solve " + ", ".join(wide)          # the heuristic solves the independent parts at once
+    assert alone.milestones[0].text == f"Solve {wide[0]}"           # while the actor took one
+    assert rec.agreed < len(rec.records)
+    kind, obs, label = rec.records[1]
+    assert kind == "plan" and obs.pending_milestone == f"Solve {wide[0]}"
+    assert label.startswith("S1 | #") and f"Solve {wide[0]}." in label and "\n" not in label  # plans by menu rank
+
+
+def test_without_an_actor_the_teacher_acts_and_everything_is_recorded() -> None:
+    task = generate_task(0, "math", 0, "train")
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    names = [s.name for s in specs]
+    rec = Recorder(make_handwritten("heuristic", names), style="compact")
+    ep = asyncio.run(run_episode(task, rec, build_pool(specs), EngineConfig(), seed=1))
+    assert len(rec.records) == 2 * len(ep.milestones) + 1
+    assert rec.records[-1][0] == "milestone" and rec.records[-1][2].startswith("ANSWER: ")
