@@ -84,6 +84,8 @@ def test_round_metrics_are_logged_with_steps(tracked: dict[str, Any]) -> None:
     warm = runs(client, "tags.`e3orch.stage` = 'warmstart'")[0]
     assert warm.data.metrics["demonstrations"] > 0
     assert len(client.get_metric_history(warm.info.run_id, "sft_loss")) >= 1
+    # the tiny config runs one correction round
+    assert [m.step for m in client.get_metric_history(warm.info.run_id, "correction_agreement")] == [1]
 
 
 def test_policy_is_a_logged_model(tracked: dict[str, Any]) -> None:

@@ -31,10 +31,16 @@ def run(args: argparse.Namespace) -> int:
         Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
         Path(args.metrics).write_text(json.dumps({**info, "losses": stats.losses}, indent=2) + "\n")
         tracker.log_metrics(info)
+        for r in info["corrections"]:  # correction_policy_accuracy, correction_agreement, ... at step=round
+            tracker.log_metrics({f"correction_{k}": v for k, v in r.items() if k != "round"}, step=r["round"])
         tracker.log_curve("sft_loss", stats.losses)
         tracker.log_artifact(args.metrics)
         tracker.log_pool(pool_path)
         tracker.log_policy(out, name="warmstart")
     print(f"wrote {out}: {info['demonstrations']} demonstrations from {info['teacher_episodes']} teacher episodes, "
           f"{stats.steps} steps, final loss {stats.final_loss:.3f}, {stats.seconds:.0f}s")
+    for r in info["corrections"]:
+        print(f"correction round {r['round']}: the policy ran {r['tasks']} tasks (accuracy {r['policy_accuracy']:.3f}, "
+              f"cost {r['policy_cost']:.3f}) and agreed with its teachers on {r['agreement']:.0%} of {r['decisions']} "
+              f"decisions; {r['steps']} steps, final loss {r['final_loss']:.3f}, {r['seconds']:.0f}s")
     return 0
