@@ -144,14 +144,15 @@ class EpisodeState:
         return plan
 
     def _refuse_spent_parts(self, plan: Plan) -> Plan:
-        """Drop the subtasks naming a part that has had ``max_part_attempts`` subtasks already
-        (earlier subtasks of this plan count); their ids leave the others' deps."""
+        """Drop the subtasks whose named parts have all had ``max_part_attempts`` subtasks already
+        (earlier subtasks of this plan count; a subtask that also names a fresh part, e.g. "Solve
+        P3, using P2", runs); their ids leave the others' deps."""
         attempts = part_attempts(self.milestones)
         keep, defects = [], list(plan.defects)
         for s in plan.subtasks:
             tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
             spent = [t for t in tags if attempts.get(t, 0) >= self.cfg.max_part_attempts]
-            if spent:
+            if spent and len(spent) == len(tags):
                 defects.append(Defect("part_attempts", f"{s.id}: {spent[0]} already had {attempts[spent[0]]} subtasks "
                                                        f"(engine.max_part_attempts)"))
                 continue

@@ -267,6 +267,15 @@ def test_a_part_gets_at_most_max_part_attempts_subtasks() -> None:
     assert orch.seen[-1][1].max_part_attempts == 3
 
 
+def test_a_subtask_that_also_names_a_fresh_part_runs() -> None:
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
+    orch = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P2", "ANSWER: P2"],
+                    ["S1 | perfect | - | Solve P1.", "S1 | perfect | - | Solve P2, using P1.\nS2 | perfect | - | Solve P1."])
+    ep = play(orch, cfg)
+    assert [s.instruction for s in ep.milestones[1].plan.subtasks] == ["Solve P2, using P1."]
+    assert codes(ep) == ["part_attempts"] and ep.defects[0].detail.startswith("S2: P1 already had 2 subtasks")
+
+
 def test_refused_subtasks_leave_the_deps_of_the_others() -> None:
     cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
     orch = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P1, P2", "ANSWER: P2"],
