@@ -41,7 +41,8 @@ class EngineConfig(_Section):
     max_total_subtasks: int = Field(32, ge=1, description="subtasks allowed in one episode")
     max_cost: float = Field(60.0, gt=0, description="cost budget per episode (pool cost units)")
     max_part_attempts: int = Field(
-        3, ge=0, description="subtasks per numbered part (P3) in one episode; more are refused (defect part_attempts); 0 = no limit")
+        3, ge=0, description="subtasks per numbered part (P3) in one episode; a subtask whose parts all had them is refused "
+                     "(defect part_attempts); 0 = no limit")
     concurrency: int = Field(16, ge=1, description="executor calls in flight per plan")
     subtask_timeout_s: float = Field(120.0, gt=0, description="wall-clock limit per executor call")
 
