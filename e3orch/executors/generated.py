@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from e3orch.executors.base import SKILLS, ExecutorSpec
 
-# hidden success rate by stated level (0 weak … 3 strong); the sim's own pools use the same bands
+# the band of hidden success rates behind each stated level (0 weak … 3 strong)
 _RATE = {3: (0.88, 0.97), 2: (0.77, 0.87), 1: (0.60, 0.74), 0: (0.20, 0.50)}
 _LEVEL_WORDS = {3: ("strong", "excellent", "expert"), 2: ("good", "solid", "decent"),
                 1: ("fair", "okay", "basic"), 0: ("weak", "poor")}
