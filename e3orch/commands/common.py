@@ -51,6 +51,16 @@ def sim_tasks(params: Params, split: str, domain: str | None = None) -> list[Tas
     return [t for t in tasks if domain is None or t.domain == domain]
 
 
+def write_stage_json(path: str | Path, obj: Any) -> None:
+    """A training stage's JSON summary, written once: under torchrun / accelerate launch every
+    process runs the stage and only the main one writes (concurrent writes interleave)."""
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(obj, indent=2) + "\n")
+
+
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

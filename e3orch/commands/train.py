@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks, write_stage_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,8 +40,7 @@ def run(args: argparse.Namespace) -> int:
             out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
                                     resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
                                     first_leaves=args.leaves)
-        Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics).write_text(json.dumps(rounds, indent=2) + "\n")
+        write_stage_json(args.metrics, rounds)
         tracker.log_artifact(args.metrics)
         tracker.log_pool(pool_path)
         tracker.log_policy(out, name="policy")

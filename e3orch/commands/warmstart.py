@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks, write_stage_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,8 +26,7 @@ def run(args: argparse.Namespace) -> int:
     with stage_run("warmstart", params) as tracker:
         with step_progress("warm start (SFT)") as on_step:
             out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
-        Path(args.metrics).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics).write_text(json.dumps({**info, "losses": stats.losses}, indent=2) + "\n")
+        write_stage_json(args.metrics, {**info, "losses": stats.losses})
         tracker.log_metrics(info)
         for r in info["corrections"]:  # correction_policy_accuracy, correction_agreement, ... at step=round
             tracker.log_metrics({f"correction_{k}": v for k, v in r.items() if k != "round"}, step=r["round"])
