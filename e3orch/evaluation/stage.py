@@ -104,7 +104,7 @@ def evaluate_generated(params: Params, tasks: list[Any], policies: dict[str, str
         specs = generate_pool(seed)
         path = pools_dir / f"pool-{seed}.yaml"
         header = f"# generate_pool({seed}): never seen in training (e3orch/executors/generated.py)\n"
-        path.write_text(header + yaml.safe_dump({"executors": [s.model_dump(exclude_none=True) | s.options for s in specs]},
+        path.write_text(header + yaml.safe_dump({"executors": [s.model_dump(exclude_none=True) for s in specs]},
                                                 sort_keys=False))
         table, results = evaluate_pool(params, tasks, specs, policies, on_system, singles=False)
         per_pool.append({"seed": seed, "executors": [s.name for s in specs], "systems": table["systems"]})

@@ -28,6 +28,13 @@ class DecodeSettings:
     max_prompt_tokens: int = 1024
     prompt_style: PromptStyle = "full"
 
+    @classmethod
+    def from_policy(cls, pc: Any, *, temperature: float, prompt_style: PromptStyle) -> DecodeSettings:
+        """``params.policy``'s decoding knobs, at ``temperature`` and with ``prompt_style``."""
+        return cls(temperature=temperature, top_p=pc.top_p,
+                   max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
+                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=prompt_style)
+
 
 class MicroBatcher:
     """Collects concurrent generate requests of one decision kind into one backend call."""
@@ -85,13 +92,8 @@ class PolicyOrchestrator(Orchestrator):
         params = params or load_params()
         pc = params.policy
         backend = backend_from_params(pc, path)
-        settings = DecodeSettings(
-            temperature=overrides.get("temperature", pc.eval_temperature),
-            top_p=pc.top_p,
-            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-            max_prompt_tokens=pc.max_prompt_tokens,
-            prompt_style=policy_prompt_style(backend, pc.prompt),
-        )
+        settings = DecodeSettings.from_policy(pc, temperature=overrides.get("temperature", pc.eval_temperature),
+                                              prompt_style=policy_prompt_style(backend, pc.prompt))
         name = overrides.get("name") or _checkpoint_name(path)
         return cls(backend, settings, name=name, seed=seed)
 

@@ -79,7 +79,7 @@ def warmstart(
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
                       tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, pad_id=tokenizer.pad_token_id,
                       on_step=on_step)
-    rounds = correct(params, acc.unwrap_model(model), tokenizer, train_tasks, specs, examples, encode,
+    rounds = correct(params, model, tokenizer, train_tasks, specs, examples, encode,
                      accelerator=acc, on_step=on_step)
     out = Path(out_dir or cfg.out_dir)
     acc.wait_for_everyone()
@@ -142,10 +142,9 @@ def correct(
         rng = random.Random(stable_seed("dagger", cfg.seed, r))
         tasks = rng.sample(list(train_tasks), min(cfg.dagger_tasks, len(train_tasks)))
         backend = TransformersBackend(model, tokenizer=tokenizer, batch_size=pc.batch_size)
-        actor = PolicyOrchestrator(backend, DecodeSettings(
-            temperature=cfg.dagger_temperature, top_p=pc.top_p, prompt_style=pc.prompt,
-            max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-            max_prompt_tokens=pc.max_prompt_tokens), name="warmstart", seed=stable_seed("dagger-decode", cfg.seed, r))
+        actor = PolicyOrchestrator(backend, DecodeSettings.from_policy(pc, temperature=cfg.dagger_temperature,
+                                                                       prompt_style=pc.prompt),
+                                   name="warmstart", seed=stable_seed("dagger-decode", cfg.seed, r))
         mine = tasks[accelerator.process_index::accelerator.num_processes]
         labels, episodes, agreed = collect_corrections(mine, specs, params.engine, actor, seed=cfg.seed + r,
                                                        mix=cfg.teachers, style=pc.prompt,
@@ -163,7 +162,6 @@ def correct(
         stats = sft_train(model, fixes + replay, accelerator=accelerator, lr=cfg.dagger_lr, epochs=cfg.dagger_epochs,
                           tokens_per_batch=cfg.tokens_per_batch, seed=stable_seed(cfg.seed, r),
                           pad_id=tokenizer.pad_token_id, on_step=on_step)
-        model = accelerator.unwrap_model(model)
         n = max(1, len(runs))
         rounds.append({
             "round": r + 1,
