@@ -27,7 +27,7 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool
 from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.protocol import parse_milestone, parse_plan
-from e3orch.orchestration.reading import PART_TAG_RE, part_attempts, part_menus
+from e3orch.orchestration.reading import PART_TAG_RE, menus_for, parse_parts, part_attempts, plan_slots
 from e3orch.orchestration.scheduler import run_plan
 from e3orch.orchestration.types import Defect, Episode, MilestoneDecision, MilestoneRecord, Plan
 
@@ -134,8 +134,10 @@ class EpisodeState:
         """Parse and validate the plan for the pending milestone (does not execute it)."""
         assert self.needs == "plan"
         room = min(self.cfg.max_plan_subtasks, self.cfg.max_total_subtasks - self.subtasks_used)
+        parts = parse_parts(self.task.question)[0]
+        slots = plan_slots(parts, self.pending.text if self.pending else None)
         plan = parse_plan(completion, [s.name for s in self.specs], max_subtasks=max(room, 0),
-                          menus=part_menus(self.task.question, self.specs))
+                          menus=menus_for(parts, self.specs), slots=slots)
         if room < self.cfg.max_plan_subtasks and any(d.code == "oversized_plan" for d in plan.defects):
             plan = Plan(plan.subtasks, (*plan.defects, Defect("over_budget", f"{room} subtasks left in the episode")))
         if self.cfg.max_part_attempts:

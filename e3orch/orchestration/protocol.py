@@ -21,6 +21,11 @@ Three decisions, each a short block of text:
   :mod:`e3orch.orchestration.reading`). Both are pointers into the cards shown, not a fixed
   output per executor, so they transfer to any pool.
 
+  For a task with numbered parts a line may leave the instruction out (``S2 | #1 | -``): subtask
+  ``Sk`` then solves the k-th part the milestone names, in the task's order (its *slot*, as the
+  compact prompt lists them: ``### S2 P5 ...``). The small policy writes its plans this way, so it
+  never has to copy a part id (it used to write ``Solve P4.`` on the line of slot ``S4 P5``).
+
 The parser never raises on model output. Whatever it cannot use becomes a :class:`Defect`
 (what the completeness reward penalises) and is dropped, so a partly broken plan still runs
 its valid part. What this module deliberately does not do: execute anything, or repair intent
@@ -32,11 +37,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from e3orch.orchestration.reading import menu_rank, resolve_menu_ref
+from e3orch.orchestration.reading import menu_rank, resolve_menu_ref, slot_instruction
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
 
 _MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,15}$")
+_SLOT_ID_RE = re.compile(r"^S(\d{1,2})$")
 _HANDLE_RE = re.compile(r"^[Ee](\d{1,3})$")
 _FENCE_RE = re.compile(r"^\s*```[a-zA-Z]*\s*$")
 MAX_INSTRUCTION_CHARS = 4000
@@ -118,19 +124,37 @@ def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list
     return "\n".join(lines)
 
 
+def to_slot_lines(plan_text: str, slots: Sequence[str]) -> str:
+    """Drop the instruction of every line ``Sk`` whose instruction is the one its slot stands for
+    (``S2 | #1 | - | Solve P5.`` → ``S2 | #1 | -`` when slot 2 is P5): the inverse of what
+    :func:`parse_plan` does with ``slots``."""
+    lines = []
+    for line in plan_text.splitlines():
+        parts = line.split("|", 3)
+        m = _SLOT_ID_RE.match(parts[0].strip())
+        if len(parts) == 4 and m and 1 <= int(m.group(1)) <= len(slots) \
+                and parts[3].strip() == slot_instruction(slots[int(m.group(1)) - 1]):
+            line = "|".join(parts[:3]).rstrip()
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def parse_plan(
     text: str,
     executors: Sequence[str],
     *,
     max_subtasks: int = 8,
     menus: dict[str, list[int]] | None = None,
+    slots: Sequence[str] = (),
 ) -> Plan:
     """Parse and validate a plan; returns the usable subtasks and every defect found.
 
     Validation: known executors, unique ids, non-empty instructions, deps that exist and are not
     the subtask itself, an acyclic graph (subtasks on a cycle are dropped), at most
     ``max_subtasks`` subtasks (extra ones dropped). ``menus`` (part id → card indices, from
-    :func:`~e3orch.orchestration.reading.part_menus`) lets a line name its executor as ``#k``.
+    :func:`~e3orch.orchestration.reading.part_menus`) lets a line name its executor as ``#k``;
+    ``slots`` (:func:`~e3orch.orchestration.reading.plan_slots`) lets line ``Sk`` leave out its
+    instruction (it solves slot k's part; ``Sk`` beyond the slots is a ``no_slot`` defect).
     """
     defects: list[Defect] = []
     raw: list[Subtask] = []
@@ -140,6 +164,13 @@ def parse_plan(
         if not line or line.upper() in ("PLAN", "PLAN:", "END"):
             continue
         parts = [p.strip() for p in line.split("|", 3)]  # the instruction may itself contain '|'
+        slot = _SLOT_ID_RE.match(parts[0])
+        if slots and slot and (len(parts) == 3 or len(parts) == 4 and not parts[3]):
+            k = int(slot.group(1))
+            if not 1 <= k <= len(slots):
+                defects.append(Defect("no_slot", f"{parts[0]}: the milestone names {len(slots)} parts"))
+                continue
+            parts = [*parts[:3], slot_instruction(slots[k - 1])]
         if len(parts) < 4:
             defects.append(Defect("bad_line", line[:60]))
             continue

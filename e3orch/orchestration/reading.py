@@ -143,6 +143,18 @@ LEVEL_NAMES = ("weak", "fair", "good", "strong")
 _MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
 
 
+def plan_slots(parts: Sequence[Part], milestone: str | None) -> list[str]:
+    """The plan slots of a milestone: the parts it names, in the task's order (slot ``S1`` is the
+    first). The compact prompt lists them; a plan line without an instruction solves its slot's part."""
+    wanted = set(PART_TAG_RE.findall(milestone or ""))
+    return [p.id for p in parts if p.id in wanted]
+
+
+def slot_instruction(part: str) -> str:
+    """The instruction a slot line stands for."""
+    return f"Solve {part}."
+
+
 def part_menus(question: str, cards: Sequence[ExecutorSpec]) -> dict[str, list[int]]:
     """Part id → indices into ``cards`` of the executors at least fair at the part's skill, cheapest first."""
     return menus_for(parse_parts(question)[0], cards)

@@ -16,7 +16,7 @@ from e3orch.executors.base import ExecutionResult
 class Defect:
     """A planning defect found by the parser/validator or the episode runner.
 
-    Codes: unparseable, bad_line, unknown_executor, duplicate_id, empty_instruction, self_dep,
+    Codes: unparseable, bad_line, no_slot, unknown_executor, duplicate_id, empty_instruction, self_dep,
     dangling_dep, cyclic_deps, empty_plan, oversized_plan, over_budget, part_attempts, no_answer,
     milestone_budget, cost_budget, unconsumed_output.
     """

@@ -11,7 +11,8 @@
   on it (without it the small policy answered with a low-confidence final part on 40 of 140
   tasks; with it, on 1). For a plan decision, each part's *menu*: the executors whose card
   claims at least a fair level at its skill, cheapest first, with the level and price the card
-  states. Plans answer with menu ranks (``S1 | #2 | - | Solve P3.``). A from-scratch
+  states. Plans answer slot by slot with menu ranks (``S1 | #2 | -``: the first slot's part, its
+  menu's second executor; see orchestration/protocol.py). A from-scratch
   ~1M-parameter policy learns to route from this in minutes; from the full prompt it does not
   learn within a CPU budget (docs/design.md).
   Tasks without numbered parts (live benchmarks) fall back to ``full``.
@@ -34,12 +35,12 @@ from e3orch.orchestration.reading import (
     DIFFICULTY_NAMES,
     LEVEL_NAMES,
     PART_RESULT_RE,
-    PART_TAG_RE,
     Part,
     card_levels,
     menus_for,
     parse_parts,
     part_attempts,
+    plan_slots,
     price_of,
 )
 from e3orch.orchestration.types import MilestoneRecord
@@ -199,9 +200,9 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     if kind == "plan":
         levels = [card_levels(c) for c in obs.cards]
         menus = menus_for(parts, obs.cards, levels)
-        wanted = set(PART_TAG_RE.findall(obs.pending_milestone or ""))
+        by_id = {p.id: p for p in parts}
         lines: list[str] = []
-        for p in (p for p in parts if p.id in wanted):
+        for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone)):
             options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
                                  for k, i in enumerate(menus[p.id]))
             lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"

@@ -24,8 +24,8 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import make_handwritten
-from e3orch.orchestration.protocol import to_handles, to_menu_refs
-from e3orch.orchestration.reading import part_menus
+from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_lines
+from e3orch.orchestration.reading import menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import PromptStyle, render_prompt
@@ -60,7 +60,8 @@ class Recorder(Orchestrator):
 
     With ``handles`` the recorded plans name executors by card handle (``E3``): a short pointer
     into the prompt's cards is far easier for a small policy to produce than a random name; with
-    the ``compact`` style, by rank in the part's menu (``#2``) where the menu lists them.
+    the ``compact`` style, by rank in the part's menu (``#2``) where the menu lists them, and a
+    line that solves its slot's part leaves the instruction out (``S2 | #1 | -``).
 
     With ``actor`` the actor's decision is the one executed and the teacher only labels the states
     the actor reaches (its empty labels are not recorded)."""
@@ -80,8 +81,12 @@ class Recorder(Orchestrator):
         taught = text
         if self.handles and kind == "plan":
             names = [c.name for c in obs.cards]
-            taught = (to_menu_refs(text, names, part_menus(obs.question, obs.cards)) if self.style == "compact"
-                      else to_handles(text, names))
+            if self.style == "compact":
+                parts = parse_parts(obs.question)[0]
+                taught = to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
+                                       plan_slots(parts, obs.pending_milestone))
+            else:
+                taught = to_handles(text, names)
         if self.actor is None:
             self.records.append((kind, obs, taught))
             return text

@@ -290,3 +290,15 @@ def test_no_limit_with_zero() -> None:
     ep = play(Scripted(["MILESTONE: again"], ["S1 | hopeless | - | Solve P1."]), cfg)
     assert len(ep.milestones) == 4 and all(len(m.plan.subtasks) == 1 for m in ep.milestones)
     assert "part_attempts" not in codes(ep)
+
+
+def test_slot_lines_solve_the_milestones_parts_and_count_toward_the_retry_limit() -> None:
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
+    orch = Scripted(["MILESTONE: Solve P2, P1", "MILESTONE: Solve P2", "ANSWER: P2"],
+                    ["S1 | perfect | -\nS2 | perfect | S1\nS3 | perfect | -", "S1 | perfect | -"])
+    ep = play(orch, cfg)
+    first, second = ep.milestones
+    # slots follow the task's order (P1, P2), not the milestone's; S3 has no slot
+    assert [(s.instruction, s.deps) for s in first.plan.subtasks] == [("Solve P1.", ()), ("Solve P2.", ("S1",))]
+    assert second.plan.subtasks == ()  # P2's one attempt is spent
+    assert codes(ep) == ["no_slot", "part_attempts"]

@@ -19,8 +19,10 @@ from e3orch.orchestration.protocol import (
     render_answer,
     render_milestone,
     render_plan,
+    to_slot_lines,
 )
-from e3orch.orchestration.types import Plan, Subtask
+from e3orch.orchestration.reading import parse_parts, plan_slots
+from e3orch.orchestration.types import Defect, Plan, Subtask
 
 EXECUTORS = ("frontier-llm", "mid-llm", "calculator")
 
@@ -113,6 +115,28 @@ def test_parse_plan_canonical() -> None:
         Subtask("S2", "calculator", "Solve P2."),
         Subtask("S3", "frontier-llm", "Solve P3 using S1 and S2.", ("S1", "S2")),
     )
+
+
+def test_slot_lines_solve_the_parts_the_milestone_names_in_task_order() -> None:
+    question = "P1: (easy) Look up A.\nP2: (hard) Look up B.\nP3: (easy) Decide C, using P1.\nP4: (hard) Judge D.\n" \
+               "P5: (easy) Infer E, using P2, P3 and P4.\nFinal answer: the result of P5."
+    slots = plan_slots(parse_parts(question)[0], "Solve P4, P1, P3")
+    assert slots == ["P1", "P3", "P4"]
+    text = "S1 | mid-llm | -\nS2 | calculator | S1 |\nS3 | frontier-llm | - | Solve P2 instead.\nS4 | mid-llm | -\nS5 | x | - | y"
+    plan = parse_plan(text, EXECUTORS, slots=slots)
+    assert plan.subtasks == (
+        Subtask("S1", "mid-llm", "Solve P1."),
+        Subtask("S2", "calculator", "Solve P3.", ("S1",)),   # an empty instruction field is a slot line too
+        Subtask("S3", "frontier-llm", "Solve P2 instead."),  # a spelled-out instruction wins
+    )
+    assert plan.defects == (Defect("no_slot", "S4: the milestone names 3 parts"), Defect("unknown_executor", "x"))
+    # without slots a line without an instruction is what it always was
+    assert [d.code for d in parse_plan("S1 | mid-llm | -", EXECUTORS).defects] == ["bad_line", "unparseable"]
+    # teaching: the slot's own instruction is dropped, anything else is kept; parsing restores it
+    full = "S1 | mid-llm | - | Solve P1.\nS2 | calculator | S1 | Solve P3.\nS3 | mid-llm | - | Solve P3."
+    short = to_slot_lines(full, slots)
+    assert short == "S1 | mid-llm | -\nS2 | calculator | S1\nS3 | mid-llm | - | Solve P3."
+    assert parse_plan(short, EXECUTORS, slots=slots) == parse_plan(full, EXECUTORS)
 
 
 def test_parse_plan_tolerates_fences_headers_blank_lines_and_dep_spellings() -> None:
