@@ -29,6 +29,8 @@ class PrepareConfig(_Section):
     seed: int = Field(0, description="seed of the task generator")
     train_per_domain: int = Field(60, ge=1, description="sim train tasks per domain")
     eval_per_domain: int = Field(20, ge=1, description="sim eval tasks per domain")
+    val_per_domain: int = Field(
+        0, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
     domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
     out_dir: str = "data/tasks"
 
@@ -117,6 +119,10 @@ class RolloutConfig(_Section):
     branch_stride: int = Field(3, ge=1, description="then every N-th decision: spread branching along the episode")
     branch_depth: int = Field(12, ge=0, description="no branching at or beyond this depth")
     leaf_budget: int = Field(8, ge=1, description="max leaves per task tree")
+    trunk: Literal["sample", "greedy"] = Field(
+        "sample", description="how a path's first child decodes: sampled like its siblings, or greedily as in evaluation")
+    distinct_siblings: bool = Field(
+        False, description="a branch keeps only distinct completions; when all repeat, the path does not branch there")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.0, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
@@ -193,9 +199,18 @@ class TrainConfig(_Section):
         8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
+    validate_rounds: bool = Field(False, description="run the warm start and every round greedily on the validation split")
+    select: Literal["last", "best"] = Field(
+        "last", description="the policy written: the last round's, or the one most accurate on the validation split")
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
     out_dir: str = "models/policy"
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.select == "best" and not self.validate_rounds:
+            raise ValueError("select: 'best' picks by validation accuracy; set train.validate_rounds: true")
+        return self
 
 
 class LiveConfig(_Section):

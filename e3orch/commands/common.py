@@ -46,7 +46,7 @@ def sim_tasks(params: Params, split: str, domain: str | None = None) -> list[Tas
     if path.exists():
         tasks = read_tasks(path)
     else:
-        n = cfg.train_per_domain if split == "train" else cfg.eval_per_domain
+        n = {"train": cfg.train_per_domain, "eval": cfg.eval_per_domain, "val": cfg.val_per_domain}[split]
         tasks = generate_split(cfg.seed, split, n, cfg.domains)
     return [t for t in tasks if domain is None or t.domain == domain]
 

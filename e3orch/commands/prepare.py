@@ -23,7 +23,9 @@ def prepare(params, out_dir: str | None = None) -> dict[str, Path]:  # type: ign
     cfg = params.prepare
     out = Path(out_dir or cfg.out_dir)
     written = {}
-    for split, n in (("train", cfg.train_per_domain), ("eval", cfg.eval_per_domain)):
+    for split, n in (("train", cfg.train_per_domain), ("eval", cfg.eval_per_domain), ("val", cfg.val_per_domain)):
+        if not n:
+            continue
         tasks = generate_split(cfg.seed, split, n, cfg.domains)
         written[split] = write_tasks(tasks, out / f"sim_{split}.parquet")
     return written

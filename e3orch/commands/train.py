@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks, write_stage_json
 
@@ -37,17 +39,23 @@ def run(args: argparse.Namespace) -> int:
                 tracker.log_round(m)
                 advance(f"acc {m.accuracy:.2f} cost {m.cost:.2f} kl {m.kl:.3f}")
 
+            val = sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
             out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
                                     resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
-                                    first_leaves=args.leaves)
+                                    first_leaves=args.leaves, val_tasks=val)
         write_stage_json(args.metrics, rounds)
         tracker.log_artifact(args.metrics)
         tracker.log_pool(pool_path)
         tracker.log_policy(out, name="policy")
     console = Console()
-    console.print(f"wrote {out} after {params.train.rounds} rounds")
+    meta = json.loads((Path(out) / "e3orch_policy.json").read_text())
+    which = f"round {meta['rounds']}'s weights" + (" (0 = the warm start)" if meta["rounds"] == 0 else "")
+    if "val_accuracy" in meta:
+        which += f", validation accuracy {meta['val_accuracy']:.3f} at cost {meta['val_cost']:.3f}"
+    console.print(f"wrote {out} after {params.train.rounds} rounds: {which}")
     for m in rounds:
+        val = f"  val acc {m['val_accuracy']:.3f} cost {m['val_cost']:.3f}" if "val_accuracy" in m else ""
         console.print(f"  round {m['round']:>2}: leaf acc {m['accuracy']:.3f}  cost {m['cost']:.3f}  reward {m['reward']:.3f}  "
                       f"kl {m['kl']:.4f}  gen {m['time_generate_s']:.1f}s  exec {m['time_execute_s']:.1f}s  "
-                      f"update {m['time_update_s']:.1f}s", soft_wrap=True)
+                      f"update {m['time_update_s']:.1f}s{val}", soft_wrap=True)
     return 0

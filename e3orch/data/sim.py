@@ -192,11 +192,12 @@ def generate_task(seed: int, domain: str, index: int, split: str) -> Task:
 
 # Train and eval draw from disjoint index ranges of the same generator.
 _EVAL_OFFSET = 1_000_000
+_VAL_OFFSET = 500_000  # validation tasks: disjoint from train (index < 500,000) and eval
 
 
 def generate_split(seed: int, split: str, per_domain: int, domains: Sequence[str] = ()) -> list[Task]:
     names = list(domains) or list(DOMAINS)
-    offset = _EVAL_OFFSET if split == "eval" else 0
+    offset = {"eval": _EVAL_OFFSET, "val": _VAL_OFFSET}.get(split, 0)
     return [generate_task(seed, d, offset + i, split) for d in names for i in range(per_domain)]
 
 

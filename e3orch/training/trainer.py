@@ -68,12 +68,14 @@ class RoundMetrics:
     completion_tokens_per_s: float = 0.0
     update_tokens_per_s: float = 0.0
     skipped_steps: int = 0           # optimizer steps skipped for a non-finite gradient
+    val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
+    val_cost: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
-        return d
+        return {k: v for k, v in d.items() if v is not None}
 
 
 def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int) -> list[Example]:
@@ -132,6 +134,8 @@ class RLTrainer:
         self.model, self.opt, self.sched = self.acc.prepare(model, opt, sched)
         self.backend = self._make_backend()
         self.round = 0
+        self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
+        self.best: dict[str, Any] | None = None  # the best of them so far
 
     # -- rollout engine ----------------------------------------------------------------------
     def _make_backend(self) -> Any:
@@ -180,6 +184,8 @@ class RLTrainer:
             if info.get("fingerprint") == self.fingerprint():
                 self.acc.load_state(str(self.ckpt / "state"))
                 self.round = int(info["next_round"])
+                self.best = info.get("best")
+                self.validation = info.get("validation", [])
                 log.warning("resumed from %s at round %d", self.ckpt, self.round)
             else:
                 log.warning("ignoring %s: it belongs to another warm start or other params", self.ckpt)
@@ -198,8 +204,58 @@ class RLTrainer:
         if self.acc.is_main_process:
             tmp = self.ckpt / "round.json.tmp"
             tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir),
-                                       "fingerprint": self.fingerprint()}))
+                                       "fingerprint": self.fingerprint(), "best": self.best,
+                                       "validation": self.validation}))
             tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
+
+    # -- validation and round selection -------------------------------------------------------
+    def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> tuple[float, float]:
+        """The current weights, decoding as in evaluation, on the validation tasks: accuracy and
+        mean cost. Each task always gets the same pool (randomised as in the rollouts) and the same
+        execution seed, so rounds are compared on equal terms. Each process runs its share."""
+        import asyncio
+
+        from accelerate.utils import gather_object
+
+        from e3orch.data.sim import stable_seed
+        from e3orch.executors.base import build_pool
+        from e3orch.orchestration.episode import run_episode
+        from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
+        from e3orch.policy.pools import training_pool
+        from e3orch.policy.prompts import policy_prompt_style
+
+        pc, rcfg = self.params.policy, self.params.rollout
+        actor = PolicyOrchestrator(self.backend, DecodeSettings.from_policy(
+            pc, temperature=pc.eval_temperature, prompt_style=policy_prompt_style(self.backend, pc.prompt)), name="validate")
+
+        async def one(task: Task) -> tuple[bool, float]:
+            rng = random.Random(stable_seed("validate", task.task_id))
+            task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if rcfg.randomize_pool else list(specs)
+            ep = await run_episode(task, actor, build_pool(task_specs), self.params.engine,
+                                   seed=stable_seed("validate", task.task_id))
+            return ep.correct, ep.cost
+
+        async def run_all() -> list[tuple[bool, float]]:
+            return list(await asyncio.gather(*(one(t) for t in tasks[self.acc.process_index :: self.acc.num_processes])))
+
+        runs = asyncio.run(run_all())
+        if self.acc.num_processes > 1:
+            runs = gather_object(runs)
+        n = max(1, len(runs))
+        return sum(c for c, _ in runs) / n, sum(cost for _, cost in runs) / n
+
+    def consider(self, accuracy: float, cost: float) -> bool:
+        """Record the current weights' validation figures; with ``train.select: best`` save them
+        to ``<checkpoint_dir>/best`` when they are the best so far (more accurate, or as accurate
+        and cheaper; the warm start is round 0). Returns whether they are."""
+        self.validation.append({"round": self.round, "val_accuracy": accuracy, "val_cost": cost})
+        b = self.best
+        better = b is None or accuracy > b["val_accuracy"] or (accuracy == b["val_accuracy"] and cost < b["val_cost"])
+        if better:
+            self.best = {"round": self.round, "val_accuracy": accuracy, "val_cost": cost}
+            if self.cfg.select == "best":
+                self.save_policy(self.ckpt / "best", val_accuracy=accuracy, val_cost=cost)
+        return better
 
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
@@ -316,7 +372,7 @@ class RLTrainer:
             skipped_steps=int(up["skipped_steps"]),
         )
 
-    def save_policy(self, out_dir: str | Path, name: str = "e3orch") -> Path:
+    def save_policy(self, out_dir: str | Path, name: str = "e3orch", **meta: Any) -> Path:
         out = Path(out_dir)
         self.acc.wait_for_everyone()
         state_dict = self.acc.get_state_dict(self.model)  # collective: gathers sharded (FSDP) weights
@@ -324,7 +380,7 @@ class RLTrainer:
             from e3orch.policy.model import save_policy_dir
 
             save_policy_dir(self.acc.unwrap_model(self.model), self.tokenizer, out, self.init_dir, state_dict=state_dict,
-                            name=name, rounds=self.round, init=str(self.init_dir))
+                            name=name, rounds=self.round, init=str(self.init_dir), **meta)
         self.acc.wait_for_everyone()
         return out
 
@@ -344,24 +400,45 @@ def train_rl(
     on_round: Callable[[RoundMetrics], None] | None = None,
     first_scored: str | Path | None = None,
     first_leaves: str | Path | None = None,
+    val_tasks: Sequence[Task] = (),
 ) -> tuple[Path, list[RoundMetrics]]:
     """Run ``train.rounds`` RL rounds from the warm start; write the policy to ``out_dir``.
 
     ``first_scored``: scored decisions of the warm-start policy (the pipeline's rollout and score
-    stages); they are round 1's data instead of a fresh rollout.
+    stages); they are round 1's data instead of a fresh rollout. With ``train.validate_rounds`` the warm
+    start and every round run ``val_tasks``; with ``train.select: best`` the policy written is
+    the most accurate of them there (possibly the warm start itself: round 0).
     """
+    cfg = params.train
+    if cfg.validate_rounds and not val_tasks:
+        raise ValueError("train.validate_rounds: no validation tasks; set prepare.val_per_domain > 0 and run `e3orch prepare`")
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
     if resume:
         trainer.resume()
+    if cfg.validate_rounds and trainer.best is None:  # round 0: the warm start
+        trainer.consider(*trainer.validate(val_tasks, specs))
     history: list[RoundMetrics] = []
-    while trainer.round < params.train.rounds:
+    while trainer.round < cfg.rounds:
         if trainer.round == 0 and first_scored is not None:
             m = trainer.update_from_scored(first_scored, first_leaves)
         else:
             m = trainer.run_round(train_tasks, specs)
+        if cfg.validate_rounds:
+            m.val_accuracy, m.val_cost = trainer.validate(val_tasks, specs)
+            trainer.consider(m.val_accuracy, m.val_cost)
         trainer.save_checkpoint()
         history.append(m)
         if on_round:
             on_round(m)
-    out = trainer.save_policy(out_dir or params.train.out_dir)
+    out = Path(out_dir or cfg.out_dir)
+    if cfg.select == "best" and trainer.best is not None and trainer.best["round"] != trainer.round:
+        if trainer.acc.is_main_process:
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(trainer.ckpt / "best", out)
+        trainer.acc.wait_for_everyone()
+    else:
+        trainer.save_policy(out, **({"val_accuracy": history[-1].val_accuracy, "val_cost": history[-1].val_cost}
+                                    if history and history[-1].val_accuracy is not None else {}))
     return out, history

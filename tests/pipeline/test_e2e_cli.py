@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import torch
 import pytest
 from conftest import write_tiny_params
 
@@ -79,3 +80,39 @@ def test_train_resumes_from_its_checkpoint(pipeline: Path) -> None:
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"),
                  "--metrics", str(out)]) == 0
     assert [r["round"] for r in json.loads(out.read_text())] == [3]
+
+
+def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None:
+    """With validate_rounds the warm start (round 0) and every round run the validation split; with
+    select: best the policy written is the most accurate there (ties: the cheaper), whatever its round."""
+    root = pipeline / "select"
+    params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
+                               train={"rounds": 2, "validate_rounds": True, "select": "best",
+                                      "checkpoint_dir": str(root / "ckpt")})
+    out = root / "rounds.json"
+    assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"), "--no-resume",
+                 "--out", str(root / "policy"), "--metrics", str(out)]) == 0
+    rounds = json.loads(out.read_text())
+    info = json.loads((root / "ckpt/round.json").read_text())
+    seen = info["validation"]
+    assert [v["round"] for v in seen] == [0, 1, 2]
+    assert [(r["val_accuracy"], r["val_cost"]) for r in rounds] == [(v["val_accuracy"], v["val_cost"]) for v in seen[1:]]
+    best = seen[0]
+    for v in seen[1:]:
+        if v["val_accuracy"] > best["val_accuracy"] or (v["val_accuracy"] == best["val_accuracy"] and v["val_cost"] < best["val_cost"]):
+            best = v
+    assert info["best"] == best
+    meta = json.loads((root / "policy/e3orch_policy.json").read_text())
+    assert (meta["rounds"], meta["val_accuracy"], meta["val_cost"]) == (best["round"], best["val_accuracy"], best["val_cost"])
+    if best["round"] == 0:  # the warm start's own weights
+        from safetensors.torch import load_file
+
+        a, b = load_file(root / "policy/model.safetensors"), load_file(pipeline / "models/warmstart/model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_select_best_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = write_tiny_params(pipeline, train={"select": "best"})
+    assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart")]) != 0
+    err = capsys.readouterr().err
+    assert "train" in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1

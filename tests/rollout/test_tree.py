@@ -44,16 +44,17 @@ class PromptRulePolicy(PolicyBackend):
             else:
                 part = re.search(r"plan for Solve (P\d+)", p).group(1)
                 n_cards = len(re.findall(r"^E\d+ ", p, re.M))
-                text = f"S1 | E{rng.randint(1, n_cards)} | - | Solve {part}."
+                card = 1 if temperature == 0 else rng.randint(1, n_cards)  # greedy: always the first card
+                text = f"S1 | E{card} | - | Solve {part}."
             out.append([Generation(text, [1, 2], [-0.5, -0.5], 0, True)])
         return out
 
 
-def _run(seed: int, counter: list[int] | None = None):  # type: ignore[no-untyped-def]
+def _run(seed: int, counter: list[int] | None = None, **options):  # type: ignore[no-untyped-def]
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("multihop", "factcheck")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=2, branch_plan=2, branch_start=1, branch_stride=2, branch_depth=8,
-                        leaf_budget=6, randomize_pool=True)
+    cfg = RolloutConfig(**{"branch_milestone": 2, "branch_plan": 2, "branch_start": 1, "branch_stride": 2,
+                           "branch_depth": 8, "leaf_budget": 6, "randomize_pool": True, **options})
     if counter is not None:
         original = SimulatedExecutor.simulate
 
@@ -96,6 +97,44 @@ def test_tree_shape_respects_budgets() -> None:
     for n in res.nodes:
         groups.setdefault((n.tree_id, n.parent_id), set()).add(n.prompt)
     assert all(len(v) == 1 for v in groups.values())
+
+
+def test_distinct_siblings_branch_only_where_samples_differ() -> None:
+    def sibling_groups(res):  # type: ignore[no-untyped-def]
+        groups: dict[str, list] = {}
+        for n in res.nodes:
+            if n.n_siblings > 1:
+                groups.setdefault(n.parent_id + n.tree_id, []).append(n)
+        return list(groups.values())
+
+    # the rule policy's milestones are deterministic, its plans pick a random card
+    plain = _run(5, branch_stride=1)
+    assert any(g[0].kind == "milestone" and len({n.completion for n in g}) == 1 for g in sibling_groups(plain))
+    res = _run(5, distinct_siblings=True, branch_stride=1)
+    groups = sibling_groups(res)
+    assert groups and all(g[0].kind == "plan" for g in groups)
+    for g in groups:
+        assert len({n.completion for n in g}) == len(g) == g[0].n_siblings
+        assert sorted(n.sibling_index for n in g) == list(range(len(g)))
+    by_tree: dict[str, int] = {}
+    for leaf in res.leaves:
+        by_tree[leaf.tree_id] = by_tree.get(leaf.tree_id, 0) + 1
+    for tree, n_leaves in by_tree.items():  # every kept extra sibling is one more leaf, within the budget
+        assert n_leaves == 1 + sum(len(g) - 1 for g in groups if g[0].tree_id == tree) <= 6
+    assert all(n.leaves for n in res.nodes)
+
+
+def test_greedy_trunk_samples_only_the_extra_siblings() -> None:
+    res = _run(5, trunk="greedy", distinct_siblings=True, branch_stride=1)
+    plans = [n for n in res.nodes if n.kind == "plan"]
+    firsts = [n for n in plans if n.sibling_index == 0]
+    extras = [n for n in plans if n.sibling_index > 0]
+    assert all(" | E1 | " in n.completion for n in firsts)   # every path's own decision is the greedy one
+    assert extras and all(" | E1 | " not in n.completion for n in extras)  # a sample equal to it does not branch
+    by_tree: dict[str, int] = {}
+    for leaf in res.leaves:
+        by_tree[leaf.tree_id] = by_tree.get(leaf.tree_id, 0) + 1
+    assert sum(by_tree.values()) == len(by_tree) + len(extras)
 
 
 def test_same_seed_same_tree_and_records_validate() -> None:
