@@ -2,6 +2,8 @@
 # The default pipeline once per training seed, and the mean and spread of the results.
 #   bash scripts/seeds.sh            # seeds 0 1 2
 #   bash scripts/seeds.sh 3 4        # other seeds
+#   REUSE_WARMSTART=1 bash scripts/seeds.sh   # keep each seed's existing warm start (after changing
+#                                             # only RL or evaluation knobs): RL → evaluate only
 # Per seed N: params.yaml with warmstart.seed, rollout.seed and train.seed set to N (the task
 # split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
 # RL → evaluate-all into runs/seed-N/ (its own models, checkpoints and reports). `prepare` runs
@@ -30,7 +32,11 @@ Path(d, "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 PY
   echo "=== seed $s"
   t0=$(date +%s)
-  "$E3" warmstart --params "$d/params.yaml" --metrics "$d/warmstart.json"
+  if [ "${REUSE_WARMSTART:-0}" = 1 ] && [ -f "$d/models/warmstart/config.json" ]; then
+    echo "reusing $d/models/warmstart"
+  else
+    "$E3" warmstart --params "$d/params.yaml" --metrics "$d/warmstart.json"
+  fi
   "$E3" train --params "$d/params.yaml" --no-resume --metrics "$d/train_rounds.json"
   "$E3" evaluate-all --params "$d/params.yaml"
   echo "=== seed $s: $(( $(date +%s) - t0 )) s"

@@ -76,6 +76,19 @@ def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normal
     return out
 
 
+@register_estimator("sibling_only")
+def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True) -> list[float]:
+    """Only decisions with siblings get credit (their reward minus their siblings' mean); a
+    decision the path did not branch at gets 0, since nothing sampled from its state competed with it."""
+    scale = _tree_scale(keys, rewards, normalize)
+    sib: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for k, r in zip(keys, rewards):
+        sib[(k.tree_id, k.parent_id)].append(r)
+    return [(r - fmean(sib[(k.tree_id, k.parent_id)])) / scale[k.tree_id]
+            if k.n_siblings > 1 and len(sib[(k.tree_id, k.parent_id)]) > 1 else 0.0
+            for k, r in zip(keys, rewards)]
+
+
 @register_estimator("tree_mean")
 def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True) -> list[float]:
     scale = _tree_scale(keys, rewards, normalize)

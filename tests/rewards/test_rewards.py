@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from e3orch.config import RewardsConfig
-from e3orch.rewards.advantages import NodeKey, get_estimator, sibling_advantages, tree_mean_advantages
+from e3orch.rewards.advantages import (
+    NodeKey,
+    get_estimator,
+    sibling_advantages,
+    sibling_only_advantages,
+    tree_mean_advantages,
+)
 from e3orch.rewards.score import score_nodes
 from e3orch.rewards.terms import beta_lcb, completeness, normalised_cost, total_reward
 from e3orch.rollout.records import DecisionNode, Leaf, leaves_frame, nodes_frame
@@ -68,6 +74,15 @@ def test_lonely_node_gets_zero_and_trees_are_separate() -> None:
     adv = sibling_advantages(keys, [0.3, 0.9, 0.1, 5.0], False)
     assert adv[0] == 0.0 and adv[3] == 0.0  # only milestone node of its tree
     assert adv[1] == pytest.approx(0.4) and adv[2] == pytest.approx(-0.4)
+
+
+def test_sibling_only_credits_branch_points_alone() -> None:
+    keys = [K("a", "r"), K("b", "r"), K("c", "a", n=1), K("d", "a", n=1, tree="u")]
+    rewards = [1.0, 0.0, 0.4, 0.9]
+    assert sibling_only_advantages(keys, rewards, False) == pytest.approx([0.5, -0.5, 0.0, 0.0])
+    std = pl.Series(rewards[:3]).std(ddof=0)  # the scale is still the whole tree's
+    assert sibling_only_advantages(keys, rewards, True) == pytest.approx([0.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.0, 0.0])
+    assert get_estimator("sibling_only") is sibling_only_advantages
 
 
 def test_tree_mean_estimator_and_registry() -> None:
