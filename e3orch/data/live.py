@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from e3orch.data.graders import Grade, register_grader
-from e3orch.data.tasks import SPLITS, Task
+from e3orch.data.tasks import LIVE_SPLITS, Task
 
 log = logging.getLogger(__name__)
 
@@ -331,8 +331,8 @@ def load_benchmark(
     eval_fraction: float = DEFAULT_EVAL_FRACTION,
 ) -> list[Task]:
     """Tasks of one benchmark, each with a hash-assigned split; ``split``/``limit`` filter them."""
-    if split is not None and split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split is not None and split not in LIVE_SPLITS:
+        raise ValueError(f"split must be one of {', '.join(LIVE_SPLITS)}, got {split!r}")
     rows = load_records(benchmark, source)
     tasks: list[Task] = []
     seen: set[str] = set()

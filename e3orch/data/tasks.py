@@ -17,7 +17,8 @@ from typing import Any
 import pandera.polars as pa
 import polars as pl
 
-SPLITS = ("train", "eval")
+LIVE_SPLITS = ("train", "eval")  # live tasks are hashed into these
+SPLITS = (*LIVE_SPLITS, "val")  # val: sim only (prepare.val_per_domain), RL's round selection
 
 
 @dataclass(frozen=True)

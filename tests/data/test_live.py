@@ -10,7 +10,7 @@ import pytest
 
 from e3orch.data import live
 from e3orch.data.graders import get_grader
-from e3orch.data.tasks import SPLITS, Task, tasks_to_frame
+from e3orch.data.tasks import LIVE_SPLITS, Task, tasks_to_frame
 
 # --------------------------------------------------------------------------- helpers
 
@@ -42,7 +42,7 @@ def test_humaneval_loads_from_the_installed_package(humaneval: dict[str, Task]) 
     assert t.meta["entry_point"] == "has_close_elements"
     assert "def check(candidate)" in t.meta["test"]
     assert t.meta["canonical_solution"] == t.answer
-    assert {t.split for t in humaneval.values()} == set(SPLITS)
+    assert {t.split for t in humaneval.values()} == set(LIVE_SPLITS)
     tasks_to_frame(humaneval.values())  # the pandera schema accepts them
 
 
@@ -73,7 +73,7 @@ def test_gsm8k_from_jsonl(tmp_path: Path) -> None:
     assert [t.task_id for t in tasks] == ["gsm8k/0", "gsm8k/1"]
     assert [t.answer for t in tasks] == ["1003", "4.5"]
     assert tasks[0].meta["solution"].endswith("#### 1,003")
-    assert all(t.split in SPLITS and t.benchmark == "gsm8k" for t in tasks)
+    assert all(t.split in LIVE_SPLITS and t.benchmark == "gsm8k" for t in tasks)
 
 
 def test_mbpp_math_hotpotqa_from_parquet_and_json(tmp_path: Path) -> None:

@@ -61,6 +61,15 @@ def test_train_and_eval_are_disjoint(train, evals) -> None:  # type: ignore[no-u
     assert len({t.question for t in train}) == len(train)
 
 
+def test_validation_split_is_disjoint_from_both_and_writes_valid_parquet(train, evals, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    val = generate_split(0, "val", 15)
+    assert {t.split for t in val} == {"val"} and len(val) == 105
+    for other in (train, evals):
+        assert not {t.task_id for t in val} & {t.task_id for t in other}
+        assert not {t.question for t in val} & {t.question for t in other}
+    assert read_tasks(write_tasks(val, tmp_path / "sim_val.parquet")) == val
+
+
 def test_question_names_every_part_and_the_final_part(train, evals) -> None:  # type: ignore[no-untyped-def]
     for t in train + evals:
         lines = t.question.splitlines()
@@ -153,7 +162,7 @@ def test_corrupted_frames_fail_validation(tmp_path: Path, evals, corrupt) -> Non
 
 
 def test_splits_constant_and_missing_file(tmp_path: Path) -> None:
-    assert SPLITS == ("train", "eval")
+    assert SPLITS == ("train", "eval", "val")
     with pytest.raises(FileNotFoundError, match="e3orch prepare"):
         read_tasks(tmp_path / "nope.parquet")
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import polars as pl
-import torch
 import pytest
+import torch
 from conftest import write_tiny_params
 
 from e3orch.cli import main
