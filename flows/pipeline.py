@@ -28,7 +28,7 @@ from prefect import flow, task
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from e3orch.commands.common import resolve_pool_path, sim_tasks
+from e3orch.commands.common import resolve_pool_path, sim_tasks, validation_tasks
 from e3orch.commands.prepare import prepare
 from e3orch.config import Params, load_params
 from e3orch.evaluation.stage import evaluate_stage
@@ -106,10 +106,9 @@ def train_task(params: Params, specs: list[ExecutorSpec], task_files: dict[str, 
                scored_path: str, leaves_path: str, out_dir: str, rounds_path: str,
                tracking_parent: str | None = None) -> str:
     with stage_run("train", params, parent_run_id=tracking_parent) as tracker:
-        val = sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
         out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=init_dir, out_dir=out_dir,
                                 on_round=tracker.log_round, first_scored=scored_path, first_leaves=leaves_path,
-                                val_tasks=val)
+                                val_tasks=validation_tasks(params))
         Path(rounds_path).parent.mkdir(parents=True, exist_ok=True)
         Path(rounds_path).write_text(json.dumps([m.to_dict() for m in history], indent=2) + "\n")
         tracker.log_artifact(rounds_path)

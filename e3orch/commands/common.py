@@ -51,6 +51,12 @@ def sim_tasks(params: Params, split: str, domain: str | None = None) -> list[Tas
     return [t for t in tasks if domain is None or t.domain == domain]
 
 
+def validation_tasks(params: Params) -> list[Task]:
+    """The sim validation split RL's rounds run on (``train.validate_rounds``); none when it is off
+    or empty (``train_rl`` then says what to set)."""
+    return sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
+
+
 def write_stage_json(path: str | Path, obj: Any) -> None:
     """A training stage's JSON summary, written once: under torchrun / accelerate launch every
     process runs the stage and only the main one writes (concurrent writes interleave)."""

@@ -6,7 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks, write_stage_json
+from e3orch.commands.common import (
+    add_params_arg,
+    params_from,
+    resolve_pool_path,
+    sim_tasks,
+    validation_tasks,
+    write_stage_json,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,10 +46,9 @@ def run(args: argparse.Namespace) -> int:
                 tracker.log_round(m)
                 advance(f"acc {m.accuracy:.2f} cost {m.cost:.2f} kl {m.kl:.3f}")
 
-            val = sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
             out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
                                     resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
-                                    first_leaves=args.leaves, val_tasks=val)
+                                    first_leaves=args.leaves, val_tasks=validation_tasks(params))
         write_stage_json(args.metrics, rounds)
         tracker.log_artifact(args.metrics)
         tracker.log_pool(pool_path)

@@ -35,7 +35,7 @@ its valid part. What this module deliberately does not do: execute anything, or 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from e3orch.orchestration.reading import menu_rank, resolve_menu_ref, slot_instruction
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
@@ -95,48 +95,53 @@ def resolve_executor(name: str, executors: Sequence[str]) -> str | None:
     return None
 
 
-def to_handles(plan_text: str, executors: Sequence[str]) -> str:
-    """Rewrite a plan's executor names as card handles (how the small policy is taught to point)."""
-    index = {n: f"E{i + 1}" for i, n in enumerate(executors)}
+def _rewrite_lines(plan_text: str, rewrite: Callable[[list[str]], str | None]) -> str:
+    """``rewrite`` applied to the four raw fields of every plan line; a line it returns None for
+    (and any line without four fields) stays as it was."""
     lines = []
     for line in plan_text.splitlines():
         parts = line.split("|", 3)
-        if len(parts) == 4 and parts[1].strip() in index:
-            parts[1] = f" {index[parts[1].strip()]} "
-            line = "|".join(parts)
-        lines.append(line)
+        new = rewrite(parts) if len(parts) == 4 else None
+        lines.append(line if new is None else new)
     return "\n".join(lines)
+
+
+def to_handles(plan_text: str, executors: Sequence[str]) -> str:
+    """Rewrite a plan's executor names as card handles (how the small policy is taught to point)."""
+    index = {n: f"E{i + 1}" for i, n in enumerate(executors)}
+
+    def handle(parts: list[str]) -> str | None:
+        h = index.get(parts[1].strip())
+        return None if h is None else "|".join([parts[0], f" {h} ", *parts[2:]])
+
+    return _rewrite_lines(plan_text, handle)
 
 
 def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]]) -> str:
     """Rewrite a plan's executors as menu ranks (``#2``) where the line's part menu lists them and
     as card handles (``E3``) otherwise: how the small policy is taught to point with the compact prompt."""
-    lines = []
-    for line in to_handles(plan_text, executors).splitlines():
-        parts = line.split("|", 3)
-        if len(parts) == 4:
-            name = resolve_executor(parts[1].strip(), executors)
-            rank = menu_rank(name, parts[3], menus, executors) if name else None
-            if rank is not None:
-                parts[1] = f" #{rank} "
-                line = "|".join(parts)
-        lines.append(line)
-    return "\n".join(lines)
+
+    def rank_ref(parts: list[str]) -> str | None:
+        name = resolve_executor(parts[1].strip(), executors)
+        rank = menu_rank(name, parts[3], menus, executors) if name else None
+        return None if rank is None else "|".join([parts[0], f" #{rank} ", *parts[2:]])
+
+    return _rewrite_lines(to_handles(plan_text, executors), rank_ref)
 
 
 def to_slot_lines(plan_text: str, slots: Sequence[str]) -> str:
     """Drop the instruction of every line ``Sk`` whose instruction is the one its slot stands for
     (``S2 | #1 | - | Solve P5.`` → ``S2 | #1 | -`` when slot 2 is P5): the inverse of what
     :func:`parse_plan` does with ``slots``."""
-    lines = []
-    for line in plan_text.splitlines():
-        parts = line.split("|", 3)
+
+    def short(parts: list[str]) -> str | None:
         m = _SLOT_ID_RE.match(parts[0].strip())
-        if len(parts) == 4 and m and 1 <= int(m.group(1)) <= len(slots) \
-                and parts[3].strip() == slot_instruction(slots[int(m.group(1)) - 1]):
-            line = "|".join(parts[:3]).rstrip()
-        lines.append(line)
-    return "\n".join(lines)
+        k = int(m.group(1)) if m else 0
+        if 1 <= k <= len(slots) and parts[3].strip() == slot_instruction(slots[k - 1]):
+            return "|".join(parts[:3]).rstrip()
+        return None
+
+    return _rewrite_lines(plan_text, short)
 
 
 def parse_plan(

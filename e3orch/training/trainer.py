@@ -135,7 +135,6 @@ class RLTrainer:
         self.backend = self._make_backend()
         self.round = 0
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
-        self.best: dict[str, Any] | None = None  # the best of them so far
 
     # -- rollout engine ----------------------------------------------------------------------
     def _make_backend(self) -> Any:
@@ -184,7 +183,6 @@ class RLTrainer:
             if info.get("fingerprint") == self.fingerprint():
                 self.acc.load_state(str(self.ckpt / "state"))
                 self.round = int(info["next_round"])
-                self.best = info.get("best")
                 self.validation = info.get("validation", [])
                 log.warning("resumed from %s at round %d", self.ckpt, self.round)
             else:
@@ -248,14 +246,18 @@ class RLTrainer:
         """Record the current weights' validation figures; with ``train.select: best`` save them
         to ``<checkpoint_dir>/best`` when they are the best so far (more accurate, or as accurate
         and cheaper; the warm start is round 0). Returns whether they are."""
-        self.validation.append({"round": self.round, "val_accuracy": accuracy, "val_cost": cost})
-        b = self.best
-        better = b is None or accuracy > b["val_accuracy"] or (accuracy == b["val_accuracy"] and cost < b["val_cost"])
-        if better:
-            self.best = {"round": self.round, "val_accuracy": accuracy, "val_cost": cost}
-            if self.cfg.select == "best":
-                self.save_policy(self.ckpt / "best", val_accuracy=accuracy, val_cost=cost)
+        entry = {"round": self.round, "val_accuracy": accuracy, "val_cost": cost}
+        self.validation.append(entry)
+        better = self.best is entry
+        if better and self.cfg.select == "best":
+            self.save_policy(self.ckpt / "best", val_accuracy=accuracy, val_cost=cost)
         return better
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        """The best validation entry so far: the most accurate; of equally accurate ones the
+        cheaper; of full ties the earlier."""
+        return max(self.validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]), default=None)
 
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
@@ -415,7 +417,7 @@ def train_rl(
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
     if resume:
         trainer.resume()
-    if cfg.validate_rounds and trainer.best is None:  # round 0: the warm start
+    if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
         trainer.consider(*trainer.validate(val_tasks, specs))
     history: list[RoundMetrics] = []
     while trainer.round < cfg.rounds:
