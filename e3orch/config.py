@@ -27,10 +27,10 @@ class PrepareConfig(_Section):
     """Task tables for the ``sim`` environment (and the ``live`` benchmarks to load)."""
 
     seed: int = Field(0, description="seed of the task generator")
-    train_per_domain: int = Field(60, ge=1, description="sim train tasks per domain")
-    eval_per_domain: int = Field(20, ge=1, description="sim eval tasks per domain")
+    train_per_domain: int = Field(250, ge=1, description="sim train tasks per domain")
+    eval_per_domain: int = Field(40, ge=1, description="sim eval tasks per domain")
     val_per_domain: int = Field(
-        0, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
+        15, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
     domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
     out_dir: str = "data/tasks"
 
@@ -57,7 +57,7 @@ class EngineConfig(_Section):
 
 class EvaluateConfig(_Section):
     split: Literal["train", "eval"] = "eval"
-    limit: int = Field(0, ge=0, description="tasks per benchmark/domain; 0 = all")
+    limit: int = Field(20, ge=0, description="tasks per benchmark/domain; 0 = all")
     seed: int = 1234
     executors: str = "configs/executors/default.yaml"
     transfer_executors: str = "configs/executors/transfer.yaml"
@@ -102,7 +102,7 @@ class PolicyConfig(_Section):
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)
-    temperature: float = Field(1.0, ge=0, description="sampling temperature in rollouts")
+    temperature: float = Field(0.8, ge=0, description="sampling temperature in rollouts")
     top_p: float = Field(1.0, gt=0, le=1)
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy at evaluation")
     model: PolicyModelConfig = PolicyModelConfig()
@@ -112,7 +112,7 @@ class PolicyConfig(_Section):
 class RolloutConfig(_Section):
     """Tree-structured rollouts: branch at milestone and plan decisions."""
 
-    tasks_per_round: int = Field(8, ge=1, description="train tasks per rollout round")
+    tasks_per_round: int = Field(24, ge=1, description="train tasks per rollout round")
     branch_milestone: int = Field(2, ge=1, description="children per milestone decision while branching")
     branch_plan: int = Field(2, ge=1, description="children per plan decision while branching")
     branch_start: int = Field(2, ge=0, description="first decision depth (0 = the first milestone) that may branch")
@@ -125,7 +125,7 @@ class RolloutConfig(_Section):
         False, description="a branch keeps only distinct completions; when all repeat, the path does not branch there")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
-        0.0, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
+        0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
     seed: int = 0
     out_dir: str = "data/rollouts"
 
@@ -140,37 +140,36 @@ class RewardsConfig(_Section):
     """Decision-level rewards and advantages."""
 
     w_performance: float = Field(1.0, ge=0)
-    w_cost: float = Field(0.3, ge=0, description="weight of the per-task normalised execution cost")
+    w_cost: float = Field(0.01, ge=0, description="weight of the per-task normalised execution cost")
     w_completeness: float = Field(0.2, ge=0)
     prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
     prior_beta: float = Field(1.0, gt=0)
     kappa: float = Field(0.5, ge=0, description="uncertainty penalty: mean - kappa * posterior std")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
-    estimator: Literal["sibling", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
+    estimator: Literal["sibling", "matched", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the group's std")
 
 
 class WarmstartConfig(_Section):
     """Supervised warm start on demonstrations of the hand-written orchestrators."""
 
-    tasks: int = Field(210, ge=1, description="train tasks whose teacher episodes become demonstrations")
+    tasks: int = Field(1500, ge=1, description="train tasks whose teacher episodes become demonstrations")
     teachers: dict[str, float] = Field(
-        default_factory=lambda: {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
-                                 "random": 0.05, "single": 0.05},
+        default_factory=lambda: {"heuristic": 0.85, "explore": 0.15},
         description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled routing)",
     )
     epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
-    tokens_per_batch: int = Field(4096, ge=256, description="padded tokens per optimizer step (per process)")
+    tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
-    dagger_rounds: int = Field(0, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")
-    dagger_tasks: int = Field(300, ge=1, description="train tasks the policy runs per correction round")
+    dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")
+    dagger_tasks: int = Field(400, ge=1, description="train tasks the policy runs per correction round")
     dagger_epochs: float = Field(1.0, gt=0, description="passes over the corrections (plus as many replayed demonstrations)")
     dagger_lr: float = Field(5e-4, gt=0, description="peak learning rate of a correction round")
     dagger_temperature: float = Field(0.8, ge=0, description="sampling temperature of the policy while it collects states")
     generated_pool_share: float = Field(
-        0.0, ge=0, le=1, description="share of tasks (demonstrations and corrections) with a freshly generated pool")
+        0.5, ge=0, le=1, description="share of tasks (demonstrations and corrections) with a freshly generated pool")
     seed: int = 0
     out_dir: str = "models/warmstart"
 
@@ -189,7 +188,7 @@ class TrainConfig(_Section):
     """RL rounds: tree rollout → scoring → clipped policy-gradient update."""
 
     rounds: int = Field(6, ge=0)
-    lr: float = Field(5e-4, gt=0)
+    lr: float = Field(2e-5, gt=0)
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
     kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
@@ -199,9 +198,9 @@ class TrainConfig(_Section):
         8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
-    validate_rounds: bool = Field(False, description="run the warm start and every round greedily on the validation split")
+    validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
     select: Literal["last", "best"] = Field(
-        "last", description="the policy written: the last round's, or the one most accurate on the validation split")
+        "best", description="the policy written: the last round's, or the one most accurate on the validation split")
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
     out_dir: str = "models/policy"
     seed: int = 0

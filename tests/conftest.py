@@ -29,24 +29,33 @@ if str(REPO) not in sys.path:  # `flows/` is a folder at the repository root, no
 
 
 def tiny_params(root: str | Path) -> dict[str, Any]:
-    """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing."""
+    """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing.
+
+    Besides its sizes it fixes knobs the tests rely on (a teacher mix with every kind of teacher,
+    a learning rate at which two rounds visibly move the weights, no validation split), so that
+    retuning params.yaml, whose values are the code's defaults, does not change what they test."""
     d = Path(root).resolve()
     return {
-        "prepare": {"seed": 0, "train_per_domain": 3, "eval_per_domain": 2, "domains": ["math", "table"],
+        "prepare": {"seed": 0, "train_per_domain": 3, "eval_per_domain": 2, "val_per_domain": 0, "domains": ["math", "table"],
                     "out_dir": str(d / "data/tasks")},
         "evaluate": {"limit": 2, "single_executors": False, "baselines": ["heuristic"], "generated_pools": 1,
                      "executors": str(REPO / "configs/executors/default.yaml"),
                      "transfer_executors": str(REPO / "configs/executors/transfer.yaml"),
                      "out_dir": str(d / "reports")},
         "policy": {"init_dir": str(d / "models/init"), "threads": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
+                   "temperature": 1.0,
                    "model": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                              "intermediate_size": 64}},
         "warmstart": {"tasks": 6, "epochs": 0.3, "tokens_per_batch": 2048, "dagger_rounds": 1, "dagger_tasks": 3,
+                      "teachers": {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1, "random": 0.05,
+                                   "single": 0.05},
                       "generated_pool_share": 0.5,
                       "out_dir": str(d / "models/warmstart")},
         "rollout": {"tasks_per_round": 2, "leaf_budget": 4, "generated_pool_share": 0.5,
                     "out_dir": str(d / "data/rollouts")},
-        "train": {"rounds": 2, "minibatches": 1, "out_dir": str(d / "models/policy"),
+        "rewards": {"w_cost": 0.3},
+        "train": {"rounds": 2, "minibatches": 1, "lr": 5e-4, "validate_rounds": False, "select": "last",
+                  "out_dir": str(d / "models/policy"),
                   "checkpoint_dir": str(d / "models/checkpoints")},
     }
 

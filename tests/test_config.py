@@ -112,3 +112,9 @@ def test_load_params_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
 def test_config_error_is_a_value_error() -> None:
     # the CLI turns ValueErrors into one line and exit code 2
     assert issubclass(ConfigError, ValueError)
+
+
+def test_params_yaml_states_the_defaults() -> None:
+    """Every value in the repository's params.yaml is the code's default: a key left out of a
+    params file means what params.yaml documents, not some other value."""
+    assert load_params(REPO / "params.yaml") == Params()

@@ -6,6 +6,16 @@ decision without siblings (the path did not branch there) is compared with the m
 all decisions of the same kind in its tree — a GRPO-style group baseline; when it is the only
 decision of its kind in the tree, its advantage is 0.
 
+``matched``: like ``sibling``, but the baseline is not a mean of other decisions' rewards. It is
+the reward the same terms give to the decision's *comparison group* — its siblings' leaves when
+it branched, otherwise its tree's leaves — averaged into one reference leaf and counted as many
+times as the decision has leaves (rewards/score.py computes it). Comparing rewards judged on
+different numbers of leaves credits the leaf count, not the decision: the uncertainty-aware
+performance of 8 correct leaves is 0.85 and of one correct leaf 0.55. Under ``sibling`` a tree whose
+leaves all succeed pushes its early decisions up and its late ones down by as much as 2 tree
+standard deviations, and a tree whose leaves all fail does the opposite; under ``matched`` both get
+exactly 0 for performance, and what is left there is cost, answered budgets and own defects.
+
 ``tree_mean``: every decision is compared with the mean reward of its tree's decisions of the
 same kind (ignores the sibling structure; the ablation of tree credit).
 
@@ -31,7 +41,8 @@ class NodeKey:
     n_siblings: int
 
 
-Estimator = Callable[[Sequence[NodeKey], Sequence[float], bool], list[float]]
+# (keys, rewards, normalize, baselines): ``baselines`` are the matched baseline rewards (``matched`` only)
+Estimator = Callable[[Sequence[NodeKey], Sequence[float], bool, Sequence[float] | None], list[float]]
 ESTIMATORS: dict[str, Estimator] = {}
 
 
@@ -58,7 +69,8 @@ def _kind_means(keys: Sequence[NodeKey], rewards: Sequence[float]) -> dict[tuple
 
 
 @register_estimator("sibling")
-def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True) -> list[float]:
+def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                       baselines: Sequence[float] | None = None) -> list[float]:
     scale = _tree_scale(keys, rewards, normalize)
     kind_mean = _kind_means(keys, rewards)
     sib: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -77,7 +89,8 @@ def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normal
 
 
 @register_estimator("sibling_only")
-def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True) -> list[float]:
+def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                            baselines: Sequence[float] | None = None) -> list[float]:
     """Only decisions with siblings get credit (their reward minus their siblings' mean); a
     decision the path did not branch at gets 0, since nothing sampled from its state competed with it."""
     scale = _tree_scale(keys, rewards, normalize)
@@ -90,10 +103,21 @@ def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], n
 
 
 @register_estimator("tree_mean")
-def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True) -> list[float]:
+def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                         baselines: Sequence[float] | None = None) -> list[float]:
     scale = _tree_scale(keys, rewards, normalize)
     kind_mean = _kind_means(keys, rewards)
     return [(r - kind_mean[(k.tree_id, k.kind)][0]) / scale[k.tree_id] for k, r in zip(keys, rewards)]
+
+
+@register_estimator("matched")
+def matched_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                       baselines: Sequence[float] | None = None) -> list[float]:
+    """Reward minus the matched baseline (see the module docstring), over the tree's reward std."""
+    if baselines is None or len(baselines) != len(rewards):
+        raise ValueError("the matched estimator needs one baseline reward per decision (rewards/score.py computes them)")
+    scale = _tree_scale(keys, rewards, normalize)
+    return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, baselines)]
 
 
 def get_estimator(name: str) -> Estimator:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import fmean
+from typing import Any
 
 import polars as pl
 
@@ -14,6 +16,43 @@ from e3orch.rollout.records import SCORED_SCHEMA
 _NO_ANSWER = {"no_answer"}
 
 
+def matched_baseline_facts(rows: list[dict[str, Any]], keys: list[NodeKey], facts: list[NodeFacts],
+                           leaf: dict[str, dict[str, Any]]) -> list[NodeFacts]:
+    """Per decision, the facts of its comparison group at its own leaf count.
+
+    The group is its siblings when it branched (their leaves are every leaf below the state it
+    was sampled in), otherwise its tree (all the tree's leaves; own defects averaged over the
+    tree's decisions of the same kind). The group's leaves are averaged into one reference leaf,
+    repeated as many times as the decision has leaves, so that decision and baseline are judged
+    by the same uncertainty: the difference is what the decision changed, not how often it was
+    sampled below.
+    """
+    sib: dict[tuple[str, str], list[int]] = defaultdict(list)
+    same_kind: dict[tuple[str, str], list[int]] = defaultdict(list)
+    tree_leaves: dict[str, set[str]] = defaultdict(set)
+    for i, (k, row) in enumerate(zip(keys, rows)):
+        sib[(k.tree_id, k.parent_id)].append(i)
+        same_kind[(k.tree_id, k.kind)].append(i)
+        tree_leaves[k.tree_id].update(x for x in row["leaves"] if x in leaf)
+    out = []
+    for i, k in enumerate(keys):
+        group = sib[(k.tree_id, k.parent_id)]
+        if k.n_siblings > 1 and len(group) > 1:
+            ids: set[str] = set().union(*({x for x in rows[j]["leaves"] if x in leaf} for j in group))
+        else:
+            group, ids = same_kind[(k.tree_id, k.kind)], tree_leaves[k.tree_id]
+        ref = [leaf[x] for x in sorted(ids)]
+        n = len(facts[i].leaf_scores)
+        out.append(NodeFacts(
+            leaf_scores=[fmean(r["score"] for r in ref)] * n,
+            leaf_costs=[fmean(r["cost"] for r in ref)] * n,
+            leaf_answered=[fmean(0.0 if r["budget_failure"] else 1.0 for r in ref)] * n,
+            n_defects=fmean(facts[j].n_defects for j in group),
+            tree_mean_cost=facts[i].tree_mean_cost,
+        ))
+    return out
+
+
 def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -> pl.DataFrame:
     """Add ``n_leaves, performance, cost_norm, completeness, reward, advantage`` to ``nodes``."""
     leaf = {r["leaf_id"]: r for r in leaves.iter_rows(named=True)}
@@ -23,28 +62,37 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     tree_mean = {t: sum(c) / len(c) for t, c in tree_costs.items()}
     terms = make_terms(cfg.prior_alpha, cfg.prior_beta, cfg.kappa, cfg.defect_penalty)
 
-    cols: dict[str, list[float | int]] = {k: [] for k in ("n_leaves", "performance", "cost_norm", "completeness", "reward")}
-    keys: list[NodeKey] = []
-    for n in nodes.iter_rows(named=True):
+    def reward_of(f: NodeFacts) -> tuple[float, float, float, float]:
+        perf, cost, comp = terms["performance"](f), terms["cost"](f), terms["completeness"](f)
+        return perf, cost, comp, total_reward(perf, cost, comp, cfg.w_performance, cfg.w_cost, cfg.w_completeness)
+
+    rows = list(nodes.iter_rows(named=True))
+    facts: list[NodeFacts] = []
+    for n in rows:
         below = [leaf[x] for x in n["leaves"] if x in leaf]
         if not below:
             raise ValueError(f"node {n['node_id']} has no leaf below it (incomplete rollout file?)")
-        facts = NodeFacts(
+        facts.append(NodeFacts(
             leaf_scores=[b["score"] for b in below],
             leaf_costs=[b["cost"] for b in below],
             leaf_answered=[not b["budget_failure"] for b in below],
             n_defects=len([d for d in n["defects"] if d not in _NO_ANSWER]),
             tree_mean_cost=tree_mean[n["tree_id"]],
-        )
-        perf, cost, comp = terms["performance"](facts), terms["cost"](facts), terms["completeness"](facts)
-        cols["n_leaves"].append(len(below))
+        ))
+    keys = [NodeKey(n["node_id"], n["tree_id"], n["parent_id"], n["kind"], n["n_siblings"]) for n in rows]
+    cols: dict[str, list[float | int]] = {k: [] for k in ("n_leaves", "performance", "cost_norm", "completeness", "reward")}
+    for f in facts:
+        perf, cost, comp, reward = reward_of(f)
+        cols["n_leaves"].append(len(f.leaf_scores))
         cols["performance"].append(perf)
         cols["cost_norm"].append(cost)
         cols["completeness"].append(comp)
-        cols["reward"].append(total_reward(perf, cost, comp, cfg.w_performance, cfg.w_cost, cfg.w_completeness))
-        keys.append(NodeKey(n["node_id"], n["tree_id"], n["parent_id"], n["kind"], n["n_siblings"]))
+        cols["reward"].append(reward)
 
-    adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std)  # type: ignore[arg-type]
+    baselines = None
+    if cfg.estimator == "matched":
+        baselines = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
+    adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, baselines)  # type: ignore[arg-type]
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

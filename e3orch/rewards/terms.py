@@ -17,8 +17,8 @@ from dataclasses import dataclass
 class NodeFacts:
     leaf_scores: Sequence[float]     # task scores (0..1) of the leaves below the decision
     leaf_costs: Sequence[float]      # total episode costs of those leaves
-    leaf_answered: Sequence[bool]    # leaf ended with an answer inside its budget
-    n_defects: int                   # defects of this decision itself
+    leaf_answered: Sequence[float]   # leaf ended with an answer inside its budget (1/0; a fraction in a baseline)
+    n_defects: float                 # defects of this decision itself (a group's mean in a baseline)
     tree_mean_cost: float            # mean leaf cost of the whole tree (the task's cost scale)
 
 
@@ -46,7 +46,7 @@ def normalised_cost(costs: Sequence[float], tree_mean_cost: float) -> float:
     return (sum(costs) / len(costs)) / tree_mean_cost
 
 
-def completeness(n_defects: int, answered: Sequence[bool], penalty: float = 0.5) -> float:
+def completeness(n_defects: float, answered: Sequence[float], penalty: float = 0.5) -> float:
     """Half for a well-formed decision (each defect costs ``penalty``), half for the fraction of
     its leaves that ended with an answer inside their budgets."""
     own = max(0.0, 1.0 - penalty * n_defects)

@@ -13,6 +13,7 @@ from e3orch.config import RewardsConfig
 from e3orch.rewards.advantages import (
     NodeKey,
     get_estimator,
+    matched_advantages,
     sibling_advantages,
     sibling_only_advantages,
     tree_mean_advantages,
@@ -127,3 +128,66 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     assert rows["p2"]["advantage"] == pytest.approx(-(r1 - r2) / 2)
     assert rows["m"]["advantage"] == 0.0
     assert rows["m"]["n_leaves"] == 2
+
+
+def _two_leaf_tree(correct_b: bool, cost_b: float, defect_p2: bool) -> tuple[list[DecisionNode], list[Leaf]]:
+    # milestone m1 (leaves A, B) → plan siblings p1 (A) and p2 (B); p1 → milestone m2 (A), not branched
+    nodes = [_node("m1", "", "milestone", ["A", "B"]), _node("p1", "m1", "plan", ["A"], 2, cost=1.0),
+             _node("p2", "m1", "plan", ["B"], 2, defects=["dangling_dep"] if defect_p2 else [], cost=cost_b),
+             _node("m2", "p1", "milestone", ["A"])]
+    leaves = [Leaf("A", "t", "task", "sim/math", ["m1", "p1", "m2"], True, 1.0, 1.0, 1.0, 1, "", "x"),
+              Leaf("B", "t", "task", "sim/math", ["m1", "p2"], correct_b, float(correct_b), cost_b, 1.0, 1, "", "y")]
+    return nodes, leaves
+
+
+def _scored(nodes: list[DecisionNode], leaves: list[Leaf], estimator: str, **kw: float) -> dict[str, float]:
+    cfg = RewardsConfig(w_performance=1.0, w_cost=kw.get("w_cost", 0.3), w_completeness=0.2, prior_alpha=1, prior_beta=1,
+                        kappa=kw.get("kappa", 0.0), defect_penalty=0.5, estimator=estimator, normalize_std=False)
+    out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
+    return {r["node_id"]: r["advantage"] for r in out.iter_rows(named=True)}
+
+
+def test_sibling_credits_leaf_counts_where_matched_gives_zero() -> None:
+    # every leaf correct, same cost, no defects: nothing any decision did made a difference
+    nodes, leaves = _two_leaf_tree(correct_b=True, cost_b=1.0, defect_p2=False)
+    sib = _scored(nodes, leaves, "sibling")
+    # m1 is judged on 2 leaves (Beta(3,1): 0.75), m2 on 1 (Beta(2,1): 2/3); the kind mean sits between
+    assert sib["m1"] == pytest.approx((0.75 - 2 / 3) / 2) and sib["m2"] == pytest.approx(-(0.75 - 2 / 3) / 2)
+    assert _scored(nodes, leaves, "matched") == pytest.approx({"m1": 0.0, "p1": 0.0, "p2": 0.0, "m2": 0.0})
+
+
+def test_matched_advantages_exact() -> None:
+    # A correct at cost 1, B wrong at cost 3 with a defect in p2; tree mean cost 2
+    nodes, leaves = _two_leaf_tree(correct_b=False, cost_b=3.0, defect_p2=True)
+    adv = _scored(nodes, leaves, "matched")
+    # p1, p2: baseline = the siblings' mean leaf (score 0.5, cost 2, answered) and mean own defects 0.5, at n = 1:
+    # 0.5 - 0.3 * 1 + 0.2 * (0.5 * 0.75 + 0.5) = 0.375
+    p1 = 2 / 3 - 0.3 * 0.5 + 0.2 * 1.0
+    p2 = 1 / 3 - 0.3 * 1.5 + 0.2 * 0.75
+    assert adv["p1"] == pytest.approx(p1 - 0.375) and adv["p2"] == pytest.approx(p2 - 0.375)
+    assert adv["p1"] == pytest.approx(-adv["p2"])
+    # m1 holds every leaf of the tree: it is its own baseline
+    assert adv["m1"] == pytest.approx(0.0)
+    # m2 (not branched): the tree's mean leaf at n = 1, milestone defects 0 → 0.5 - 0.3 + 0.2 = 0.4
+    assert adv["m2"] == pytest.approx(p1 - 0.4)
+
+
+def test_matched_needs_baselines() -> None:
+    assert get_estimator("matched") is matched_advantages
+    with pytest.raises(ValueError, match="one baseline reward per decision"):
+        matched_advantages([K("a", "r")], [1.0], False)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["milestone", "plan"]), st.sets(st.integers(0, 5), min_size=1)),
+                min_size=1, max_size=10),
+       st.booleans(), st.floats(0.1, 5.0))
+def test_matched_is_zero_when_every_leaf_is_alike(spec: list[tuple[int, str, set[int]]], correct: bool, cost: float) -> None:
+    """Whatever the tree's shape, leaf counts and kappa: if all leaves agree and no decision has a
+    defect, no decision made a difference and ``matched`` gives every one exactly 0."""
+    parents = [p for p, _, _ in spec]
+    nodes = [_node(f"n{i}", f"s{p}", kind, [f"L{x}" for x in sorted(ls)], parents.count(p), cost=cost)
+             for i, (p, kind, ls) in enumerate(spec)]
+    used = sorted({x for _, _, ls in spec for x in ls})
+    leaves = [Leaf(f"L{x}", "t", "task", "sim/math", [], correct, float(correct), cost, 1.0, 1, "", "x") for x in used]
+    adv = _scored(nodes, leaves, "matched", kappa=0.5)
+    assert all(a == pytest.approx(0.0, abs=1e-12) for a in adv.values())
