@@ -65,6 +65,12 @@ def enabled() -> bool:
     return os.environ.get(ENV_TRACKING, "1").strip().lower() not in {"0", "false", "no", "off", ""}
 
 
+def is_main_process() -> bool:
+    """False in the other processes of a multi-process launch (``torchrun``, ``accelerate
+    launch`` set ``RANK``): only the main process tracks, so one stage is one run."""
+    return os.environ.get("RANK", "0").strip() in {"0", ""}
+
+
 def repo_root(start: str | Path | None = None) -> Path:
     if os.environ.get("DVC_ROOT") and start is None:
         return Path(os.environ["DVC_ROOT"]).resolve()
@@ -350,8 +356,9 @@ def _find_or_create_parent(client: Any, experiment_id: str, params: Any, key: st
 
 def start_stage(stage: str, params: Any, *, parent_run_id: str | None = None, run_name: str | None = None,
                 tags: Mapping[str, Any] | None = None) -> tuple[Tracker, bool]:
-    """Open the stage's run under its parent; ``(tracker, owns_parent)``. Never raises."""
-    if not enabled():
+    """Open the stage's run under its parent; ``(tracker, owns_parent)``. Never raises. In a
+    multi-process launch only the main process opens one; the others get a tracker that logs nothing."""
+    if not enabled() or not is_main_process():
         return Tracker(), False
     try:
         client, experiment_id = _client_and_experiment()

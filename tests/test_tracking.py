@@ -187,3 +187,22 @@ def test_tracking_off_and_default_location(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("E3ORCH_TRACKING", "0")
     assert main(["prepare", "--params", str(params)]) == 0
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "sub" / "mlruns").exists()
+
+
+def test_only_the_main_process_of_a_launch_tracks(tracked: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun and accelerate launch set RANK; rank 1 of the same stage opens no run."""
+    client, params = tracked["client"], tracked["params"]
+    monkeypatch.setenv("E3ORCH_TRACKING", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracked["uri"])
+    before = len(runs(client))
+    from e3orch.config import load_params
+
+    p = load_params(params)
+    monkeypatch.setenv("RANK", "1")
+    with stage_run("train", p) as tracker:
+        tracker.log_metrics({"x": 1.0})
+    assert tracker.run_id is None and len(runs(client)) == before
+    monkeypatch.setenv("RANK", "0")
+    with stage_run("train", p) as tracker:
+        pass
+    assert tracker.run_id is not None and len(runs(client)) == before + 1

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from e3orch.executors.base import load_pool_specs
     from e3orch.progress import count_progress
-    from e3orch.tracking import stage_run
+    from e3orch.tracking import is_main_process, stage_run
     from e3orch.training.trainer import train_rl
 
     params = params_from(args)
@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
                                     resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
                                     first_leaves=args.leaves, val_tasks=validation_tasks(params))
+        if not is_main_process():  # one metrics file and one report per run (rollout figures: this process's share)
+            return 0
         write_stage_json(args.metrics, rounds)
         tracker.log_artifact(args.metrics)
         tracker.log_pool(pool_path)

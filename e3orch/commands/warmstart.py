@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from e3orch.executors.base import load_pool_specs
     from e3orch.progress import step_progress
-    from e3orch.tracking import stage_run
+    from e3orch.tracking import is_main_process, stage_run
     from e3orch.training.warmstart import warmstart
 
     params = params_from(args)
@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     with stage_run("warmstart", params) as tracker:
         with step_progress("warm start (SFT)") as on_step:
             out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
+        if not is_main_process():  # one metrics file and one report per run
+            return 0
         write_stage_json(args.metrics, {**info, "losses": stats.losses})
         tracker.log_metrics(info)
         for r in info["corrections"]:  # correction_policy_accuracy, correction_agreement, ... at step=round

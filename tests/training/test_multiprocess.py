@@ -30,12 +30,23 @@ def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     (r,) = json.loads((tmp_path / "ws.json").read_text())["corrections"]
     assert r["tasks"] == 4 and r["decisions"] > 0
+    # RL with tracking on: one stage run for the launch, not one per process
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "train", "--params", str(params),
          "--no-resume", "--metrics", str(tmp_path / "rounds.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env={**env, "E3ORCH_TRACKING": "1", "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("wrote ") == 1  # the report, from the main process only
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("e3orch")
+    train_runs = client.search_runs([exp.experiment_id], filter_string="tags.`e3orch.stage` = 'train'")
+    assert len(train_runs) == 1 and train_runs[0].info.status == "FINISHED"
+    assert len(json.loads((tmp_path / "rounds.json").read_text())) == 1
     sync = json.loads((tmp_path / "models/checkpoints/sync.json").read_text())
     assert sync["num_processes"] == 2
     a, b = sync["param_checksums"]
