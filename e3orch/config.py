@@ -146,7 +146,7 @@ class RewardsConfig(_Section):
     prior_beta: float = Field(1.0, gt=0)
     kappa: float = Field(0.5, ge=0, description="uncertainty penalty: mean - kappa * posterior std")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
-    estimator: Literal["sibling", "matched", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
+    estimator: Literal["sibling", "matched", "branch", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the group's std")
 
 

@@ -16,6 +16,16 @@ leaves all succeed pushes its early decisions up and its late ones down by as mu
 standard deviations, and a tree whose leaves all fail does the opposite; under ``matched`` both get
 exactly 0 for performance, and what is left there is cost, answered budgets and own defects.
 
+``branch``: credit only where the path branched, and each sibling judged by its *continuation*:
+the one leaf reached from it when every later branch point takes its first child. With
+``rollout.trunk: greedy`` the first child is the greedy decision, so a sibling's value is "this
+decision, then the greedy policy", for the greedy sibling and the sampled alternative alike; the
+leaves below the greedy sibling through later alternatives (forced deviations, mostly worse) do
+not count against it, and every sibling is judged on one leaf, so there is no leaf-count credit.
+Decisions that did not branch get 0: under a greedy trunk, the decisions after an alternative
+are greedy decisions in states the alternative led to, and blaming them for its outcome would
+push the greedy policy down.
+
 ``tree_mean``: every decision is compared with the mean reward of its tree's decisions of the
 same kind (ignores the sibling structure; the ablation of tree credit).
 
@@ -41,7 +51,8 @@ class NodeKey:
     n_siblings: int
 
 
-# (keys, rewards, normalize, baselines): ``baselines`` are the matched baseline rewards (``matched`` only)
+# (keys, rewards, normalize, aux): ``aux`` is one more reward per decision that some estimators need
+# (rewards/score.py computes it): ``matched`` its matched baseline, ``branch`` its continuation's reward
 Estimator = Callable[[Sequence[NodeKey], Sequence[float], bool, Sequence[float] | None], list[float]]
 ESTIMATORS: dict[str, Estimator] = {}
 
@@ -70,7 +81,7 @@ def _kind_means(keys: Sequence[NodeKey], rewards: Sequence[float]) -> dict[tuple
 
 @register_estimator("sibling")
 def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
-                       baselines: Sequence[float] | None = None) -> list[float]:
+                       aux: Sequence[float] | None = None) -> list[float]:
     scale = _tree_scale(keys, rewards, normalize)
     kind_mean = _kind_means(keys, rewards)
     sib: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -90,7 +101,7 @@ def sibling_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normal
 
 @register_estimator("sibling_only")
 def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
-                            baselines: Sequence[float] | None = None) -> list[float]:
+                            aux: Sequence[float] | None = None) -> list[float]:
     """Only decisions with siblings get credit (their reward minus their siblings' mean); a
     decision the path did not branch at gets 0, since nothing sampled from its state competed with it."""
     scale = _tree_scale(keys, rewards, normalize)
@@ -104,7 +115,7 @@ def sibling_only_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], n
 
 @register_estimator("tree_mean")
 def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
-                         baselines: Sequence[float] | None = None) -> list[float]:
+                         aux: Sequence[float] | None = None) -> list[float]:
     scale = _tree_scale(keys, rewards, normalize)
     kind_mean = _kind_means(keys, rewards)
     return [(r - kind_mean[(k.tree_id, k.kind)][0]) / scale[k.tree_id] for k, r in zip(keys, rewards)]
@@ -112,12 +123,25 @@ def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], norm
 
 @register_estimator("matched")
 def matched_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
-                       baselines: Sequence[float] | None = None) -> list[float]:
-    """Reward minus the matched baseline (see the module docstring), over the tree's reward std."""
-    if baselines is None or len(baselines) != len(rewards):
-        raise ValueError("the matched estimator needs one baseline reward per decision (rewards/score.py computes them)")
+                       aux: Sequence[float] | None = None) -> list[float]:
+    """Reward minus the matched baseline ``aux`` (see the module docstring), over the tree's reward std."""
+    _check_aux("matched", aux, rewards)
     scale = _tree_scale(keys, rewards, normalize)
-    return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, baselines)]
+    return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, aux)]  # type: ignore[arg-type]
+
+
+@register_estimator("branch")
+def branch_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                      aux: Sequence[float] | None = None) -> list[float]:
+    """``sibling_only`` on continuation rewards ``aux``: each sibling is judged by the one leaf its
+    path reaches when every later branch point takes its first child (see the module docstring)."""
+    _check_aux("branch", aux, rewards)
+    return sibling_only_advantages(keys, aux, normalize, None)  # type: ignore[arg-type]
+
+
+def _check_aux(name: str, aux: Sequence[float] | None, rewards: Sequence[float]) -> None:
+    if aux is None or len(aux) != len(rewards):
+        raise ValueError(f"the {name} estimator needs one more reward per decision (rewards/score.py computes them)")
 
 
 def get_estimator(name: str) -> Estimator:

@@ -53,6 +53,27 @@ def matched_baseline_facts(rows: list[dict[str, Any]], keys: list[NodeKey], fact
     return out
 
 
+def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
+                       leaf: dict[str, dict[str, Any]]) -> list[NodeFacts]:
+    """Per decision, the facts of the one leaf below it whose path takes the first child at every
+    later branch point (the greedy continuation under ``rollout.trunk: greedy``)."""
+    first = {r["node_id"]: r["sibling_index"] == 0 for r in rows}
+    out = []
+    for r, f in zip(rows, facts):
+        nid = r["node_id"]
+        cont = [x for x in r["leaves"] if x in leaf and all(first.get(y, True) for y in _after(leaf[x]["node_path"], nid))]
+        if len(cont) != 1:
+            raise ValueError(f"node {nid}: {len(cont)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
+        b = leaf[cont[0]]
+        out.append(NodeFacts(leaf_scores=[b["score"]], leaf_costs=[b["cost"]], leaf_answered=[not b["budget_failure"]],
+                             n_defects=f.n_defects, tree_mean_cost=f.tree_mean_cost))
+    return out
+
+
+def _after(path: list[str], node_id: str) -> list[str]:
+    return list(path[path.index(node_id) + 1:])
+
+
 def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -> pl.DataFrame:
     """Add ``n_leaves, performance, cost_norm, completeness, reward, advantage`` to ``nodes``."""
     leaf = {r["leaf_id"]: r for r in leaves.iter_rows(named=True)}
@@ -89,10 +110,12 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
         cols["completeness"].append(comp)
         cols["reward"].append(reward)
 
-    baselines = None
+    aux = None
     if cfg.estimator == "matched":
-        baselines = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
-    adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, baselines)  # type: ignore[arg-type]
+        aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
+    elif cfg.estimator == "branch":
+        aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
+    adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

@@ -6,12 +6,13 @@ import math
 
 import polars as pl
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from e3orch.config import RewardsConfig
 from e3orch.rewards.advantages import (
     NodeKey,
+    branch_advantages,
     get_estimator,
     matched_advantages,
     sibling_advantages,
@@ -174,10 +175,11 @@ def test_matched_advantages_exact() -> None:
 
 def test_matched_needs_baselines() -> None:
     assert get_estimator("matched") is matched_advantages
-    with pytest.raises(ValueError, match="one baseline reward per decision"):
+    with pytest.raises(ValueError, match="one more reward per decision"):
         matched_advantages([K("a", "r")], [1.0], False)
 
 
+@settings(deadline=None, max_examples=60)  # each example builds and validates two Parquet-schema frames
 @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["milestone", "plan"]), st.sets(st.integers(0, 5), min_size=1)),
                 min_size=1, max_size=10),
        st.booleans(), st.floats(0.1, 5.0))
@@ -191,3 +193,40 @@ def test_matched_is_zero_when_every_leaf_is_alike(spec: list[tuple[int, str, set
     leaves = [Leaf(f"L{x}", "t", "task", "sim/math", [], correct, float(correct), cost, 1.0, 1, "", "x") for x in used]
     adv = _scored(nodes, leaves, "matched", kappa=0.5)
     assert all(a == pytest.approx(0.0, abs=1e-12) for a in adv.values())
+
+
+def _greedy_trunk_tree(a: bool, b: bool, c: bool) -> tuple[list[DecisionNode], list[Leaf]]:
+    """m → plans p0 (the trunk, sibling 0) and p1 (an alternative); p0 → milestones q0 (trunk) and
+    q1 (alternative). Leaves: A = m p0 q0 (the greedy path), B = m p0 q1, C = m p1."""
+    def node(nid: str, parent: str, kind: str, idx: int, n_sib: int, leaves: list[str]) -> DecisionNode:
+        return DecisionNode(nid, "t", "task", "sim/math", parent, kind, 0, idx, n_sib, "p", "c", [1], [-0.1], True,
+                            [], 1 if kind == "plan" else 0, 1.0, leaves)
+
+    nodes = [node("m", "", "milestone", 0, 1, ["A", "B", "C"]), node("p0", "m", "plan", 0, 2, ["A", "B"]),
+             node("p1", "m", "plan", 1, 2, ["C"]), node("q0", "p0", "milestone", 0, 2, ["A"]),
+             node("q1", "p0", "milestone", 1, 2, ["B"])]
+    leaves = [Leaf(x, "t", "task", "sim/math", path, ok, float(ok), 2.0, 1.0, 1, "", "x")
+              for x, path, ok in (("A", ["m", "p0", "q0"], a), ("B", ["m", "p0", "q1"], b), ("C", ["m", "p1"], c))]
+    return nodes, leaves
+
+
+def test_branch_judges_siblings_by_their_continuation() -> None:
+    # the greedy path and the alternative plan both succeed; the deviation below p0 (q1) fails
+    nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
+    branch = _scored(nodes, leaves, "branch")
+    # p0 and p1 each lead, greedily, to a correct leaf: no credit either way; q0 beats q1
+    assert branch["p0"] == 0.0 and branch["p1"] == 0.0 and branch["m"] == 0.0
+    r_ok, r_bad = 2 / 3 - 0.3 + 0.2, 1 / 3 - 0.3 + 0.2  # Beta(2,1) / Beta(1,2) on one leaf, cost_norm 1
+    assert branch["q0"] == pytest.approx((r_ok - r_bad) / 2) and branch["q1"] == pytest.approx(-(r_ok - r_bad) / 2)
+    # sibling and matched judge p0 by all its leaves, so p0 pays for the deviation below it
+    assert _scored(nodes, leaves, "sibling")["p0"] < 0 and _scored(nodes, leaves, "matched")["p0"] < 0
+    # the alternative plan is the better decision when the greedy path fails
+    nodes, leaves = _greedy_trunk_tree(a=False, b=True, c=True)
+    branch = _scored(nodes, leaves, "branch")
+    assert branch["p1"] == pytest.approx((r_ok - r_bad) / 2) and branch["p0"] == pytest.approx(-(r_ok - r_bad) / 2)
+
+
+def test_branch_needs_continuation_rewards() -> None:
+    assert get_estimator("branch") is branch_advantages
+    with pytest.raises(ValueError, match="one more reward per decision"):
+        branch_advantages([K("a", "r")], [1.0], False)
