@@ -12,9 +12,10 @@ it branched, otherwise its tree's leaves — averaged into one reference leaf an
 times as the decision has leaves (rewards/score.py computes it). Comparing rewards judged on
 different numbers of leaves credits the leaf count, not the decision: the uncertainty-aware
 performance of 8 correct leaves is 0.85 and of one correct leaf 0.55. Under ``sibling`` a tree whose
-leaves all succeed pushes its early decisions up and its late ones down by as much as 2 tree
-standard deviations, and a tree whose leaves all fail does the opposite; under ``matched`` both get
-exactly 0 for performance, and what is left there is cost, answered budgets and own defects.
+leaves all succeed pushes its early decisions up and its late ones down (by up to 3 tree standard
+deviations with ``normalize_std``), and a tree whose leaves all fail does the opposite; under
+``matched`` both get exactly 0 for performance, and what is left there is cost, answered budgets
+and own defects.
 
 ``branch``: credit only where the path branched, and each sibling judged by its *continuation*:
 the one leaf reached from it when every later branch point takes its first child. With
