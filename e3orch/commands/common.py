@@ -58,13 +58,11 @@ def validation_tasks(params: Params) -> list[Task]:
 
 
 def write_stage_json(path: str | Path, obj: Any) -> None:
-    """A training stage's JSON summary, written once: under torchrun / accelerate launch every
-    process runs the stage and only the main one writes (concurrent writes interleave)."""
-    from accelerate import PartialState
-
-    if PartialState().is_main_process:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(obj, indent=2) + "\n")
+    """A training stage's JSON summary. Under torchrun / accelerate launch every process runs the
+    stage; the commands call this from the main one only (``tracking.is_main_process``), since
+    concurrent writes interleave."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=2) + "\n")
 
 
 def print_json(obj: Any) -> None:
