@@ -123,6 +123,9 @@ class RolloutConfig(_Section):
         "sample", description="how a path's first child decodes: sampled like its siblings, or greedily as in evaluation")
     distinct_siblings: bool = Field(
         False, description="a branch keeps only distinct completions; when all repeat, the path does not branch there")
+    shared_noise: bool = Field(
+        False, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
+        "draws the same seed (the same subtask on the same executor gives the same result)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")

@@ -7,11 +7,13 @@ from typing import Any
 
 
 def render_table(systems: dict[str, dict[str, Any]], *, markdown: bool = False) -> str:
-    """A fixed-width (or Markdown) table of accuracy, cost, IE and makespan per system."""
-    header = ["system", "accuracy", "cost/task", "IE (acc/cost)", "makespan s", "serial s", "n"]
+    """A fixed-width (or Markdown) table of accuracy, cost, IE, makespan, defects and episodes that
+    ended without an answer (a budget ran out: e.g. a policy re-planning a part the engine refuses)."""
+    header = ["system", "accuracy", "cost/task", "IE (acc/cost)", "makespan s", "serial s", "defects/ep", "no answer", "n"]
     rows = [
         [name, f"{m['accuracy']:.3f}", f"{m['cost']:.3f}", f"{m['ie']:.3f}",
-         f"{m['makespan_s']:.2f}", f"{m.get('serial_latency_s', 0.0):.2f}", str(m["n"])]
+         f"{m['makespan_s']:.2f}", f"{m.get('serial_latency_s', 0.0):.2f}",
+         f"{m.get('defects_per_episode', 0.0):.2f}", str(m.get("budget_failures", 0)), str(m["n"])]
         for name, m in sorted(systems.items(), key=lambda kv: -kv[1]["accuracy"])
     ]
     if markdown:

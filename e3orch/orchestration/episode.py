@@ -203,13 +203,15 @@ class EpisodeState:
             self._fail("cost_budget", f"cost {self.cost:.3g} >= {self.cfg.max_cost:g}")
         return rec
 
-    def fork(self, branch: str) -> EpisodeState:
-        """A child that shares this history (already executed) and draws its own noise."""
+    def fork(self, branch: str, *, shared_noise: bool = False) -> EpisodeState:
+        """A child that shares this history (already executed) and draws its own noise — or, with
+        ``shared_noise``, its parent's: then the k-th milestone of every path draws the same seed, and
+        two paths that plan the same subtask (executor and instruction) there get the same result."""
         child = copy.copy(self)
         child.milestones = list(self.milestones)  # records are immutable once appended
         child.workspace = dict(self.workspace)
         child.defects = list(self.defects)
-        child.branch = f"{self.branch}/{branch}"
+        child.branch = self.branch if shared_noise else f"{self.branch}/{branch}"
         return child
 
     # -- end ---------------------------------------------------------------------------------

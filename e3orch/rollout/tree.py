@@ -14,6 +14,10 @@ greedy policy reaches. With *distinct siblings* a branch keeps only completions 
 every sample repeats, the path goes on unbranched and the leaves it would have spent stay in the
 budget. At temperature 0.8 four in five sampled sibling pairs of a warm-started policy were
 identical: two copies of one decision, whose outcomes differ only by execution noise.
+With *shared noise* (``rollout.shared_noise``) that noise is common to a tree's paths: the k-th
+milestone of every path executes with the same seed, so siblings that go on to make the same
+decisions get the same results, and what separates their leaves is what their decisions changed
+(common random numbers, as evaluation uses across systems).
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
@@ -183,8 +187,9 @@ class TreeRollout:
                         path.tree.paths -= k - len(samples)  # give back the leaves a repeat reserved
                         k = len(samples)
                     for j, g in enumerate(samples):
-                        child = path if k == 1 else _Path(path.state.fork(f"{step}.{j}"), path.pool, path.tree,
-                                                          list(path.node_path), path.calls)
+                        child = path if k == 1 else _Path(
+                            path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
+                            list(path.node_path), path.calls)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,

@@ -137,6 +137,21 @@ def test_greedy_trunk_samples_only_the_extra_siblings() -> None:
     assert sum(by_tree.values()) == len(by_tree) + len(extras)
 
 
+def test_shared_noise_gives_identical_decisions_identical_outcomes() -> None:
+    # milestone siblings repeat one decision and every plan is greedy: all paths of a tree decide alike
+    def outcomes(res):  # type: ignore[no-untyped-def]
+        by_tree: dict[str, set[tuple[bool, float, str]]] = {}
+        for leaf in res.leaves:
+            by_tree.setdefault(leaf.tree_id, set()).add((leaf.correct, round(leaf.cost, 9), leaf.answer))
+        assert any(n.n_siblings > 1 for n in res.nodes) and len(res.leaves) > len(by_tree)
+        return by_tree
+
+    own = outcomes(_run(5, trunk="greedy", branch_plan=1, branch_stride=1))
+    assert any(len(v) > 1 for v in own.values())  # own noise: alike decisions, different executions
+    shared = outcomes(_run(5, trunk="greedy", branch_plan=1, branch_stride=1, shared_noise=True))
+    assert all(len(v) == 1 for v in shared.values())  # common random numbers: the same results
+
+
 def test_same_seed_same_tree_and_records_validate() -> None:
     a, b = _run(7), _run(7)
     fa, fb = nodes_frame(a.nodes), nodes_frame(b.nodes)
