@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     default_pool = "configs/executors/live_cpu.yaml" if args.env == "live" else None
     pool = build_pool(resolve_pool_path(args.executors or default_pool))
     task = pick_task(args, params)
-    orch = make_orchestrator(args.orchestrator, pool, seed=args.seed)
+    orch = make_orchestrator(args.orchestrator, pool, seed=args.seed, policy_options={"params": params})
 
     async def go():  # type: ignore[no-untyped-def]
         try:

@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         raise ValueError(f"no tasks in split {split!r}")
     systems = expand_systems(args.orchestrator or [*ecfg.baselines, "all-single"], pool.names)
-    orchestrators = [make_orchestrator(s, pool, seed=seed) for s in systems]  # fail fast on bad names
+    # fail fast on bad names; a policy decodes with this params file's policy section
+    orchestrators = [make_orchestrator(s, pool, seed=seed, policy_options={"params": params}) for s in systems]
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -43,3 +43,23 @@ def test_checkpoint_name_in_evaluate(fresh_policy, tmp_path: Path, monkeypatch) 
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["systems"]) == {str(ckpt), "heuristic"}
     assert m["systems"][str(ckpt)]["n"] == 2
+
+
+def test_commands_decode_with_the_params_file_they_are_given(fresh_policy, tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``--params`` reaches the policy: the same checkpoint, greedy (the repo's params.yaml) and
+    sampling at temperature 5 (the file's policy.eval_temperature), writes different decisions."""
+    ckpt, params = fresh_policy
+    hot = write_tiny_params(tmp_path, engine={"max_milestones": 3}, policy={"eval_temperature": 5.0})
+    monkeypatch.chdir(REPO)
+
+    def trace(params_file: Path) -> str:
+        capsys.readouterr()
+        assert main(["episode", "--params", str(params_file), "--seed", "0", "--orchestrator", str(ckpt), "--json"]) == 0
+        return capsys.readouterr().out  # milestones, or the defects that quote the unparseable decisions
+
+    assert trace(params) != trace(hot)
+    out = {name: tmp_path / name for name in ("cold", "hot")}
+    for name, file in (("cold", params), ("hot", hot)):
+        assert main(["evaluate", "--params", str(file), "--orchestrator", str(ckpt), "--limit", "1",
+                     "--out", str(out[name])]) == 0
+    assert (out["cold"] / "episodes.jsonl").read_text() != (out["hot"] / "episodes.jsonl").read_text()
