@@ -105,6 +105,10 @@ class PolicyConfig(_Section):
     temperature: float = Field(0.8, ge=0, description="sampling temperature in rollouts")
     top_p: float = Field(1.0, gt=0, le=1)
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy at evaluation")
+    resample_futile: int = Field(
+        0, ge=0, description="a milestone naming no part the engine would still run (all spent or unknown) is "
+        "re-drawn up to N times at resample_temperature (evaluation and validation; 0 = off)")
+    resample_temperature: float = Field(1.0, gt=0, description="sampling temperature of those re-draws")
     model: PolicyModelConfig = PolicyModelConfig()
     tokenizer_tasks: int = Field(200, ge=10, description="train tasks whose demonstrations train the tokenizer")
 

@@ -5,6 +5,13 @@ micro-batcher gathers the prompts of all episodes in flight and generates them i
 call, in a worker thread, so executors of other episodes keep running during generation.
 Whatever the model writes goes through the engine's tolerant parser: malformed decisions
 become recorded defects, never crashes.
+
+A *futile* milestone names only parts the engine would refuse (each has had its
+``engine.max_part_attempts`` subtasks) or that the task does not have. A greedy policy that writes
+one tends to write it again — the state barely changes when a plan is refused — and loops until
+the milestone budget ends the episode without an answer. With ``policy.resample_futile: N`` such a
+milestone is re-drawn up to N times at ``policy.resample_temperature`` (invalid-action masking by
+rejection); the count is kept in :attr:`PolicyOrchestrator.resampled`.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
+from e3orch.orchestration.protocol import parse_milestone
+from e3orch.orchestration.reading import PART_TAG_RE, parse_parts, part_attempts
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
@@ -27,13 +36,35 @@ class DecodeSettings:
     max_new_tokens: dict[str, int] = field(default_factory=lambda: {"milestone": 24, "plan": 160})
     max_prompt_tokens: int = 1024
     prompt_style: PromptStyle = "full"
+    resample_futile: int = 0
+    resample_temperature: float = 1.0
 
     @classmethod
-    def from_policy(cls, pc: Any, *, temperature: float, prompt_style: PromptStyle) -> DecodeSettings:
-        """``params.policy``'s decoding knobs, at ``temperature`` and with ``prompt_style``."""
+    def from_policy(cls, pc: Any, *, temperature: float, prompt_style: PromptStyle,
+                    resample: bool = True) -> DecodeSettings:
+        """``params.policy``'s decoding knobs, at ``temperature`` and with ``prompt_style``
+        (``resample=False``: futile milestones are kept, e.g. for DAgger's state collection)."""
         return cls(temperature=temperature, top_p=pc.top_p,
                    max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=prompt_style)
+                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=prompt_style,
+                   resample_futile=pc.resample_futile if resample else 0,
+                   resample_temperature=pc.resample_temperature)
+
+
+def futile_milestone(obs: Observation, completion: str) -> bool:
+    """Whether ``completion`` is a milestone that names parts, none of which the engine would still
+    run: each is spent (``max_part_attempts`` subtasks so far) or not a part of the task. Answers,
+    unparseable text and milestones without part tags are not futile (the parser records those)."""
+    decision = parse_milestone(completion)
+    tags = set(PART_TAG_RE.findall(decision.text)) if decision.kind == "milestone" else set()
+    if not tags:
+        return False
+    parts = {p.id for p in parse_parts(obs.question)[0]}
+    if not parts:
+        return False
+    attempts = part_attempts(obs.history)
+    limit = obs.max_part_attempts
+    return not any(t in parts and not (limit and attempts.get(t, 0) >= limit) for t in tags)
 
 
 class MicroBatcher:
@@ -44,30 +75,34 @@ class MicroBatcher:
         self.settings = settings
         self.seed = seed
         self.calls = 0
-        self._queues: dict[str, list[tuple[str, asyncio.Future[Generation]]]] = {}
-        self._scheduled: set[str] = set()
+        self._queues: dict[tuple[str, float], list[tuple[str, asyncio.Future[Generation]]]] = {}
+        self._scheduled: set[tuple[str, float]] = set()
 
-    async def generate(self, prompt: str, kind: str) -> Generation:
+    async def generate(self, prompt: str, kind: str, temperature: float | None = None) -> Generation:
+        """One completion of ``prompt``, batched with the other requests of the same kind and
+        temperature (default: the settings')."""
+        key = (kind, self.settings.temperature if temperature is None else temperature)
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(kind, []).append((prompt, fut))
-        if kind not in self._scheduled:
-            self._scheduled.add(kind)
-            asyncio.get_running_loop().create_task(self._flush(kind))
+        self._queues.setdefault(key, []).append((prompt, fut))
+        if key not in self._scheduled:
+            self._scheduled.add(key)
+            asyncio.get_running_loop().create_task(self._flush(key))
         return await fut
 
-    async def _flush(self, kind: str) -> None:
+    async def _flush(self, key: tuple[str, float]) -> None:
         # Let every episode that is ready reach its decide() before generating.
         for _ in range(3):
             await asyncio.sleep(0)
-        batch, self._queues[kind] = self._queues.get(kind, []), []
-        self._scheduled.discard(kind)
+        batch, self._queues[key] = self._queues.get(key, []), []
+        self._scheduled.discard(key)
         if not batch:
             return
         self.calls += 1
         s = self.settings
+        kind, temperature = key
         try:
             out = await asyncio.to_thread(
-                self.backend.generate, [p for p, _ in batch], n=1, temperature=s.temperature, top_p=s.top_p,
+                self.backend.generate, [p for p, _ in batch], n=1, temperature=temperature, top_p=s.top_p,
                 max_new_tokens=s.max_new_tokens[kind], seed=self.seed + self.calls,
             )
         except Exception as exc:  # surface the failure to every waiting episode
@@ -84,6 +119,7 @@ class PolicyOrchestrator(Orchestrator):
         self.settings = settings or DecodeSettings()
         self.name = name
         self.batcher = MicroBatcher(backend, self.settings, seed)
+        self.resampled = 0  # futile milestones re-drawn (policy.resample_futile)
 
     @classmethod
     def from_checkpoint(cls, path: str, *, seed: int = 0, params: Any = None, **overrides: Any) -> PolicyOrchestrator:
@@ -102,7 +138,13 @@ class PolicyOrchestrator(Orchestrator):
                              style=self.settings.prompt_style)
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
-        gen = await self.batcher.generate(self.prompt(obs, kind), kind)
+        prompt = self.prompt(obs, kind)
+        gen = await self.batcher.generate(prompt, kind)
+        for _ in range(self.settings.resample_futile if kind == "milestone" else 0):
+            if not futile_milestone(obs, gen.text):
+                break
+            self.resampled += 1
+            gen = await self.batcher.generate(prompt, kind, self.settings.resample_temperature)
         return gen.text
 
     async def aclose(self) -> None:

@@ -143,7 +143,7 @@ def correct(
         tasks = rng.sample(list(train_tasks), min(cfg.dagger_tasks, len(train_tasks)))
         backend = TransformersBackend(model, tokenizer=tokenizer, batch_size=pc.batch_size)
         actor = PolicyOrchestrator(backend, DecodeSettings.from_policy(pc, temperature=cfg.dagger_temperature,
-                                                                       prompt_style=pc.prompt),
+                                                                       prompt_style=pc.prompt, resample=False),
                                    name="warmstart", seed=stable_seed("dagger-decode", cfg.seed, r))
         mine = tasks[accelerator.process_index::accelerator.num_processes]
         labels, episodes, agreed = collect_corrections(mine, specs, params.engine, actor, seed=cfg.seed + r,

@@ -1,0 +1,81 @@
+"""Futile milestones (only spent or unknown parts) and their re-drawing by the policy orchestrator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from conftest import REPO
+
+from e3orch.executors.base import ExecutionResult, load_pool_specs
+from e3orch.orchestration.episode import Observation
+from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
+from e3orch.policy.backends.base import Generation, PolicyBackend
+from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator, futile_milestone
+
+QUESTION = "A task.\nP1: (easy) Look up the budget of X.\nP2: (hard) Compute the ratio, using P1.\nFinal answer: the result of P2."
+
+
+def _obs(p1_attempts: int, limit: int = 3) -> Observation:
+    history = tuple(
+        MilestoneRecord(text="Solve P1", plan=Plan((Subtask("S1", "web-search", "Solve P1."),)),
+                        results=[ExecutionResult("S1", "web-search", True, f"P1 = v{i} (confidence 0.9)")])
+        for i in range(p1_attempts)
+    )
+    return Observation(task_id="t", question=QUESTION, cards=tuple(load_pool_specs(REPO / "configs/executors/default.yaml")),
+                       history=history, pending_milestone=None, milestones_left=5, subtasks_left=10, cost_left=10.0,
+                       max_plan_subtasks=8, max_part_attempts=limit)
+
+
+def test_futile_only_when_no_named_part_would_run() -> None:
+    spent, fresh = _obs(3), _obs(2)
+    assert futile_milestone(spent, "MILESTONE: Solve P1")
+    assert futile_milestone(spent, "MILESTONE: Solve P1, P7")     # P7: no such part
+    assert futile_milestone(fresh, "MILESTONE: Solve P9")
+    assert not futile_milestone(fresh, "MILESTONE: Solve P1")      # two attempts of three
+    assert not futile_milestone(spent, "MILESTONE: Solve P1, P2")  # P2 still runs
+    assert not futile_milestone(spent, "ANSWER: P1")
+    assert not futile_milestone(spent, "MILESTONE: Finish")        # no part named: the parser's business
+    assert not futile_milestone(spent, "garbage")
+    assert not futile_milestone(_obs(3, limit=0), "MILESTONE: Solve P1")  # no attempt limit
+
+
+class Scripted(PolicyBackend):
+    """Greedy: re-plan P1; sampled: the i-th call's line from ``sampled``."""
+
+    name = "scripted"
+
+    def __init__(self, sampled: Sequence[str]) -> None:
+        self.sampled = list(sampled)
+        self.temperatures: list[float] = []
+
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0):  # type: ignore[no-untyped-def]
+        self.temperatures.append(temperature)
+        text = "MILESTONE: Solve P1" if temperature == 0 else self.sampled.pop(0)
+        return [[Generation(text)] for _ in prompts]
+
+    def score(self, prompts, completions):  # type: ignore[no-untyped-def]
+        return [[0.0] for _ in prompts]
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def _decide(backend: Scripted, resample: int, obs: Observation) -> tuple[str, int]:
+    orch = PolicyOrchestrator(backend, DecodeSettings(resample_futile=resample, resample_temperature=1.5, prompt_style="compact"))
+    return asyncio.run(orch.decide(obs, "milestone")), orch.resampled
+
+
+def test_futile_milestone_is_redrawn_until_one_would_run() -> None:
+    backend = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P2", "ANSWER: P2"])
+    assert _decide(backend, 3, _obs(3)) == ("MILESTONE: Solve P2", 2)
+    assert backend.temperatures == [0.0, 1.5, 1.5]
+
+
+def test_redraws_are_bounded_and_off_by_default() -> None:
+    assert _decide(Scripted(["MILESTONE: Solve P1"] * 5), 2, _obs(3)) == ("MILESTONE: Solve P1", 2)
+    off = Scripted([])
+    assert _decide(off, 0, _obs(3)) == ("MILESTONE: Solve P1", 0)
+    assert off.temperatures == [0.0]
+    fresh = Scripted([])
+    assert _decide(fresh, 3, _obs(2)) == ("MILESTONE: Solve P1", 0)  # not futile: kept
