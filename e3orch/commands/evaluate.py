@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         await pool.aclose()
 
     asyncio.run(go())
-    metrics = metrics_table(results)
+    metrics = metrics_table(results, redrawn={n: getattr(o, "resampled", 0) for n, o in zip(systems, orchestrators)})
     metrics["config"] = {"env": args.env, "split": split, "limit": limit, "seed": seed,
                          "executors": str(pool_path), "n_tasks": len(tasks)}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

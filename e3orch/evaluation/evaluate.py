@@ -79,9 +79,13 @@ async def run_system(
     return list(await asyncio.gather(*(one(t) for t in tasks)))
 
 
-def metrics_table(results: dict[str, list[Episode]]) -> dict[str, Any]:
-    """``{systems: {O: metrics}, per_benchmark: {bench: {O: {accuracy, cost, ...}}}}``."""
+def metrics_table(results: dict[str, list[Episode]], redrawn: dict[str, int] | None = None) -> dict[str, Any]:
+    """``{systems: {O: metrics}, per_benchmark: {bench: {O: {accuracy, cost, ...}}}}``; ``redrawn``:
+    futile milestones a policy re-drew (``policy.resample_futile``), stated where there were any."""
     systems = {name: summarize(eps).to_dict() for name, eps in results.items()}
+    for name, n in (redrawn or {}).items():
+        if n and name in systems:
+            systems[name]["resampled_milestones"] = n
     per: dict[str, dict[str, Any]] = defaultdict(dict)
     for name, eps in results.items():
         by_bench: dict[str, list[Episode]] = defaultdict(list)

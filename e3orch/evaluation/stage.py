@@ -37,19 +37,21 @@ def evaluate_pool(params: Params, tasks: list[Any], pool_path: str | list[Execut
                   ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
     pool = build_pool(pool_path)
     results: dict[str, list[Episode]] = {}
+    redrawn: dict[str, int] = {}
 
     async def go() -> None:
         for name in system_names(params, pool.names, policies, singles):
             orch = make_orchestrator(policies.get(name, name), pool, seed=params.evaluate.seed,
                                      policy_options={"name": name, "params": params})
             results[name] = await run_system(orch, tasks, pool, params.engine, seed=params.evaluate.seed)
+            redrawn[name] = getattr(orch, "resampled", 0)
             await orch.aclose()
             if on_system:
                 on_system(name)
         await pool.aclose()
 
     asyncio.run(go())
-    return metrics_table(results), results
+    return metrics_table(results, redrawn), results
 
 
 def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], out_dir: str | Path,

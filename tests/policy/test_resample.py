@@ -79,3 +79,11 @@ def test_redraws_are_bounded_and_off_by_default() -> None:
     assert off.temperatures == [0.0]
     fresh = Scripted([])
     assert _decide(fresh, 3, _obs(2)) == ("MILESTONE: Solve P1", 0)  # not futile: kept
+
+
+def test_metrics_state_the_redraws_of_systems_that_made_any() -> None:
+    from e3orch.evaluation.evaluate import metrics_table
+
+    systems = metrics_table({"policy": [], "heuristic": []}, redrawn={"policy": 3, "heuristic": 0})["systems"]
+    assert systems["policy"]["resampled_milestones"] == 3
+    assert "resampled_milestones" not in systems["heuristic"]
