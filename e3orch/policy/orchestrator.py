@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e3orch.data.sim import stable_seed
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import parse_milestone
 from e3orch.orchestration.reading import PART_TAG_RE, parse_parts, part_attempts
@@ -76,15 +77,16 @@ class MicroBatcher:
         self.settings = settings
         self.seed = seed
         self.calls = 0
-        self._queues: dict[tuple[str, float], list[tuple[str, asyncio.Future[Generation]]]] = {}
+        self._queues: dict[tuple[str, float], list[tuple[str, int, asyncio.Future[Generation]]]] = {}
         self._scheduled: set[tuple[str, float]] = set()
 
-    async def generate(self, prompt: str, kind: str, temperature: float | None = None) -> Generation:
+    async def generate(self, prompt: str, kind: str, temperature: float | None = None, row_seed: int = 0) -> Generation:
         """One completion of ``prompt``, batched with the other requests of the same kind and
-        temperature (default: the settings')."""
+        temperature (default: the settings'), sampled from the stream of ``row_seed``: which
+        requests happen to share a batch depends on timing, what each one draws does not."""
         key = (kind, self.settings.temperature if temperature is None else temperature)
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(key, []).append((prompt, fut))
+        self._queues.setdefault(key, []).append((prompt, row_seed, fut))
         if key not in self._scheduled:
             self._scheduled.add(key)
             asyncio.get_running_loop().create_task(self._flush(key))
@@ -103,14 +105,15 @@ class MicroBatcher:
         kind, temperature = key
         try:
             out = await asyncio.to_thread(
-                self.backend.generate, [p for p, _ in batch], n=1, temperature=temperature, top_p=s.top_p,
+                self.backend.generate, [p for p, _, _ in batch], n=1, temperature=temperature, top_p=s.top_p,
                 max_new_tokens=s.max_new_tokens[kind], seed=self.seed + self.calls,
+                row_seeds=[r for _, r, _ in batch],
             )
         except Exception as exc:  # surface the failure to every waiting episode
-            for _, f in batch:
+            for _, _, f in batch:
                 f.set_exception(exc)
             return
-        for (_, f), gens in zip(batch, out):
+        for (_, _, f), gens in zip(batch, out):
             f.set_result(gens[0])
 
 
@@ -121,6 +124,7 @@ class PolicyOrchestrator(Orchestrator):
         self.name = name
         self.batcher = MicroBatcher(backend, self.settings, seed)
         self.resampled = 0  # futile milestones re-drawn (policy.resample_futile)
+        self._decisions: dict[str, int] = {}  # per task: decisions asked so far (their sampling streams)
 
     @classmethod
     def from_checkpoint(cls, path: str, *, seed: int = 0, params: Any = None, **overrides: Any) -> PolicyOrchestrator:
@@ -138,14 +142,22 @@ class PolicyOrchestrator(Orchestrator):
         return render_prompt(obs, kind, count_tokens=self.backend.count_tokens, max_tokens=self.settings.max_prompt_tokens,
                              style=self.settings.prompt_style)
 
+    def _row_seed(self, task_id: str) -> int:
+        """The sampling stream of a task's next draw: the orchestrator's seed, the task and how many
+        draws it has had (an episode's decisions come one after another), never the batch."""
+        n = self._decisions.get(task_id, 0)
+        self._decisions[task_id] = n + 1
+        return stable_seed(self.batcher.seed, task_id, n)
+
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         prompt = self.prompt(obs, kind)
-        gen = await self.batcher.generate(prompt, kind)
+        gen = await self.batcher.generate(prompt, kind, row_seed=self._row_seed(obs.task_id))
         for _ in range(self.settings.resample_futile if kind == "milestone" else 0):
             if not futile_milestone(obs, gen.text):
                 break
             self.resampled += 1
-            gen = await self.batcher.generate(prompt, kind, self.settings.resample_temperature)
+            gen = await self.batcher.generate(prompt, kind, self.settings.resample_temperature,
+                                              row_seed=self._row_seed(obs.task_id))
         return gen.text
 
     async def aclose(self) -> None:

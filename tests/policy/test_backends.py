@@ -136,6 +136,29 @@ def test_model_generate_fallback_keeps_the_contract(tiny_model: Path, monkeypatc
         assert g.logprobs == pytest.approx(_forward_logprobs(be, prompt, g.token_ids), abs=1e-4)
 
 
+@pytest.mark.parametrize("own_loop", [True, False])
+def test_row_seeds_make_each_draw_independent_of_its_batch(tiny_model: Path, own_loop: bool,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt's sample depends on its own seed, not on which prompts share the call or the order."""
+    be = make_backend("transformers", str(tiny_model), device="cpu")
+    if not own_loop:
+        monkeypatch.setattr(be, "_own_loop", lambda: False)
+
+    def draw(prompts: list[str], seeds: list[int]) -> list[list[int]]:
+        out = be.generate(prompts, temperature=1.0, max_new_tokens=12, seed=99, row_seeds=seeds)
+        return [g[0].token_ids for g in out]
+
+    a, b, c = SHARED_PROMPTS[0], SHARED_PROMPTS[1], SHARED_PROMPTS[4]
+    alone = draw([a], [7])[0]
+    assert draw([b, a, c], [3, 7, 4])[1] == alone
+    assert draw([c, b, a], [4, 3, 7])[2] == alone
+    # the same prompt twice in one batch with two seeds: two streams (12 tokens agree by chance at most rarely)
+    twins = draw([a, a, a], [7, 8, 9])
+    assert twins[0] == alone and len({tuple(t) for t in twins}) > 1
+    with pytest.raises(ValueError, match="row_seeds"):
+        be.generate([a, b], temperature=1.0, row_seeds=[1])
+
+
 def test_min_new_tokens_forces_length(tiny_model: Path) -> None:
     be = make_backend("transformers", str(tiny_model), device="cpu")
     g = be.generate(["hello"], max_new_tokens=10, min_new_tokens=10, temperature=1.0, seed=1)[0][0]

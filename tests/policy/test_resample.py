@@ -49,7 +49,8 @@ class Scripted(PolicyBackend):
         self.sampled = list(sampled)
         self.temperatures: list[float] = []
 
-    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0):  # type: ignore[no-untyped-def]
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0,  # type: ignore[no-untyped-def]
+                 row_seeds=None):
         self.temperatures.append(temperature)
         text = "MILESTONE: Solve P1" if temperature == 0 else self.sampled.pop(0)
         return [[Generation(text)] for _ in prompts]

@@ -38,9 +38,12 @@ class PolicyBackend(abc.ABC):
         max_new_tokens: int = 64,
         seed: int | None = None,
         min_new_tokens: int = 0,
+        row_seeds: Sequence[int] | None = None,
     ) -> list[list[Generation]]:
         """``n`` completions per prompt (greedy when ``temperature`` is 0). ``min_new_tokens``
-        suppresses EOS until then (benchmarks use it to compare equal-length generations)."""
+        suppresses EOS until then (benchmarks use it to compare equal-length generations).
+        ``row_seeds`` (one per prompt): each prompt samples from its own stream, so what it draws
+        does not depend on which other prompts share the call (``seed`` seeds the batch as a whole)."""
 
     @abc.abstractmethod
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:

@@ -120,9 +120,11 @@ def prefix_groups(seqs: Sequence[Sequence[int]], min_shared: int = MIN_SHARED_PR
     return groups[::-1]
 
 
-def _sample(logits: torch.Tensor, *, suppress: int | None, temperature: float, top_p: float) -> torch.Tensor:
+def _sample(logits: torch.Tensor, *, suppress: int | None, temperature: float, top_p: float,
+            streams: Sequence[torch.Generator] | None = None) -> torch.Tensor:
     """Next tokens from raw logits ``[B, V]``: greedy at temperature 0, else temperature and
-    nucleus (top-p) sampling; ``suppress`` (EOS before ``min_new_tokens``) is never chosen."""
+    nucleus (top-p) sampling; ``suppress`` (EOS before ``min_new_tokens``) is never chosen.
+    ``streams``: one generator per row, so a row's draws do not depend on the other rows."""
     if suppress is not None:
         logits = logits.clone()
         logits[:, suppress] = float("-inf")
@@ -137,7 +139,11 @@ def _sample(logits: torch.Tensor, *, suppress: int | None, temperature: float, t
     # Inverse-CDF sampling: torch.multinomial draws an exponential per vocabulary entry (0.5 ms a
     # step at batch 32 on a CPU). Zero-probability tokens are never hit (right=True).
     cdf = scores.softmax(-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    if streams is None:
+        u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype)
+    else:
+        u = torch.cat([torch.rand(1, 1, generator=g, dtype=cdf.dtype) for g in streams]).to(cdf.device)
+    u = u * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
@@ -262,6 +268,7 @@ class TransformersBackend(PolicyBackend):
         max_new_tokens: int = 64,
         seed: int | None = None,
         min_new_tokens: int = 0,
+        row_seeds: Sequence[int] | None = None,
     ) -> list[list[Generation]]:
         with self._lock:
             if seed is not None:
@@ -269,35 +276,54 @@ class TransformersBackend(PolicyBackend):
             ids = self.encode_prompts(prompts)
             flat = [(i, ids[i]) for i in range(len(prompts)) for _ in range(n)]
             own = self._own_loop()
+            streams = None
+            if row_seeds is not None and temperature > 0:
+                if len(row_seeds) != len(prompts):
+                    raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
+                if not own:  # model.generate samples from the global stream: one row at a time
+                    return [[self._one(ids[i], s * 1_000_003 + j, temperature=temperature, top_p=top_p,
+                                       max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+                             for j in range(n)] for i, s in enumerate(row_seeds)]
+                streams = [torch.Generator().manual_seed((row_seeds[i] * 1_000_003 + j) % 2**63)
+                           for i in range(len(prompts)) for j in range(n)]
             # Prefix sharing wants prompts with common beginnings in one mini-batch (token order);
             # model.generate's left padding wants equal lengths together.
             order = sorted(range(len(flat)), key=(lambda k: flat[k][1]) if own else (lambda k: len(flat[k][1])))
             out: list[Generation | None] = [None] * len(flat)
-            eos = self.tokenizer.eos_token_id
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start : start + self.batch_size]
                 seqs = [flat[k][1] for k in chunk]
-                new, lp = (self._generate_shared if own else self._generate_hf)(
-                    seqs, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                    min_new_tokens=min_new_tokens)
+                if own:
+                    new, lp = self._generate_shared(
+                        seqs, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                        min_new_tokens=min_new_tokens, streams=[streams[k] for k in chunk] if streams else None)
+                else:
+                    new, lp = self._generate_hf(seqs, temperature=temperature, top_p=top_p,
+                                                max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
                 for r, k in enumerate(chunk):
-                    toks = new[r].tolist()
-                    finished = eos in toks
-                    end = toks.index(eos) + 1 if finished else len(toks)
-                    toks = toks[:end]
-                    text_ids = toks[:-1] if finished else toks
-                    out[k] = Generation(
-                        text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
-                        token_ids=toks,
-                        logprobs=lp[r, :end].tolist(),
-                        prompt_tokens=len(seqs[r]),
-                        finished=finished,
-                    )
+                    out[k] = self._generation(new[r], lp[r], len(seqs[r]))
             grouped: list[list[Generation]] = [[] for _ in prompts]
             for (i, _), g in zip(flat, out):
                 assert g is not None
                 grouped[i].append(g)
             return grouped
+
+    def _generation(self, new: torch.Tensor, lp: torch.Tensor, prompt_tokens: int) -> Generation:
+        """One row's new tokens (padded after EOS) and log-probs as a :class:`Generation`."""
+        toks = new.tolist()
+        eos = self.tokenizer.eos_token_id
+        finished = eos in toks
+        end = toks.index(eos) + 1 if finished else len(toks)
+        toks = toks[:end]
+        text_ids = toks[:-1] if finished else toks
+        return Generation(text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=toks,
+                          logprobs=lp[:end].tolist(), prompt_tokens=prompt_tokens, finished=finished)
+
+    def _one(self, seq: list[int], seed: int, **kw: Any) -> Generation:
+        """One completion by ``model.generate`` from its own seed (row seeds without the own loop)."""
+        torch.manual_seed(seed % 2**63)
+        new, lp = self._generate_hf([seq], **kw)
+        return self._generation(new[0], lp[0], len(seq))
 
     def _own_loop(self) -> bool:
         """The own prefill/decode loop builds 4-D masks (sdpa or eager attention) and assumes full
@@ -331,7 +357,8 @@ class TransformersBackend(PolicyBackend):
             ~allowed, torch.finfo(dtype).min)
 
     def _generate_shared(
-        self, seqs: list[list[int]], *, temperature: float, top_p: float, max_new_tokens: int, min_new_tokens: int
+        self, seqs: list[list[int]], *, temperature: float, top_p: float, max_new_tokens: int, min_new_tokens: int,
+        streams: Sequence[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One mini-batch: shared-prefix prefill of its distinct prompts, then decoding all rows
         together. Returns the new tokens ``[B, T]`` (padded after EOS) and their log-probs under
@@ -379,7 +406,8 @@ class TransformersBackend(PolicyBackend):
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         steps = 0
         for t in range(max_new_tokens):
-            tok = _sample(logits, suppress=eos if t < min_new_tokens else None, temperature=temperature, top_p=top_p)
+            tok = _sample(logits, suppress=eos if t < min_new_tokens else None, temperature=temperature, top_p=top_p,
+                          streams=streams)
             tok = tok.masked_fill(done, pad)
             new[:, t] = tok
             lps[:, t] = torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)

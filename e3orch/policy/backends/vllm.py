@@ -57,7 +57,11 @@ class VLLMBackend(PolicyBackend):
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 64, seed: int | None = None, min_new_tokens: int = 0) -> list[list[Generation]]:
+                 max_new_tokens: int = 64, seed: int | None = None, min_new_tokens: int = 0,
+                 row_seeds: Sequence[int] | None = None) -> list[list[Generation]]:
+        if row_seeds is not None and temperature > 0:  # vLLM seeds per request: one request per prompt
+            return [self.generate([p], n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                  seed=s % 2**31, min_new_tokens=min_new_tokens)[0] for p, s in zip(prompts, row_seeds)]
         body: dict[str, Any] = {
             "model": self.active_model, "prompt": list(prompts), "n": n, "temperature": temperature,
             "top_p": top_p, "max_tokens": max_new_tokens, "min_tokens": min_new_tokens, "logprobs": 0,
