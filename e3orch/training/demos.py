@@ -107,25 +107,20 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
                    mix: dict[str, float], randomize: bool, style: PromptStyle,
                    actor: Orchestrator | None = None, stream: str = "demo", generated_share: float = 0.0,
                    ) -> tuple[list[Demo], list[Episode], int]:
-    demos: list[Demo] = []
-    episodes: list[Episode] = []
-    agreed = 0
-
-    async def one(task: Task) -> None:
-        nonlocal agreed
+    async def one(task: Task) -> tuple[list[Demo], Episode, int]:
         rng = random.Random(stable_seed(stream, seed, task.task_id))
         task_specs = training_pool(specs, rng, generated_share) if randomize else list(specs)
         pool = build_pool(task_specs)
         teacher = pick_teacher(rng, pool.names, mix)
         rec = Recorder(make_handwritten(teacher, pool.names, seed=seed), style=style, actor=actor)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
-        episodes.append(ep)
-        agreed += rec.agreed
-        demos.extend(Demo(task.task_id, teacher, k, render_prompt(o, k, style=style), c,  # type: ignore[arg-type]
-                          obs=o, correct=ep.correct, cost=ep.cost, style=style) for k, o, c in rec.records)
+        demos = [Demo(task.task_id, teacher, k, render_prompt(o, k, style=style), c,  # type: ignore[arg-type]
+                      obs=o, correct=ep.correct, cost=ep.cost, style=style) for k, o, c in rec.records]
+        return demos, ep, rec.agreed
 
-    await asyncio.gather(*(one(t) for t in tasks))
-    return demos, episodes, agreed
+    # in task order, not in the order episodes happen to finish (the training data's order)
+    done = await asyncio.gather(*(one(t) for t in tasks))
+    return [d for demos, _, _ in done for d in demos], [ep for _, ep, _ in done], sum(a for _, _, a in done)
 
 
 def collect_demonstrations(
