@@ -27,7 +27,14 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool
 from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.protocol import parse_milestone, parse_plan
-from e3orch.orchestration.reading import PART_TAG_RE, menus_for, parse_parts, part_attempts, plan_slots
+from e3orch.orchestration.reading import (
+    PART_TAG_RE,
+    is_spent,
+    menus_for,
+    parse_parts,
+    part_attempts,
+    plan_slots,
+)
 from e3orch.orchestration.scheduler import run_plan
 from e3orch.orchestration.types import Defect, Episode, MilestoneDecision, MilestoneRecord, Plan
 
@@ -153,7 +160,7 @@ class EpisodeState:
         keep, defects = [], list(plan.defects)
         for s in plan.subtasks:
             tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
-            spent = [t for t in tags if attempts.get(t, 0) >= self.cfg.max_part_attempts]
+            spent = [t for t in tags if is_spent(attempts, t, self.cfg.max_part_attempts)]
             if spent and len(spent) == len(tags):
                 defects.append(Defect("part_attempts", f"{s.id}: {spent[0]} already had {attempts[spent[0]]} subtasks "
                                                        f"(engine.max_part_attempts)"))

@@ -48,6 +48,12 @@ def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
                     attempts[tag] = attempts.get(tag, 0) + 1
     return attempts
 
+def is_spent(attempts: dict[str, int], part: str, limit: int) -> bool:
+    """Whether ``part`` has had the ``engine.max_part_attempts`` subtasks the engine allows
+    (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all spent."""
+    return bool(limit) and attempts.get(part, 0) >= limit
+
+
 SKILL_WORDS: dict[str, tuple[str, ...]] = {
     "retrieve": ("look up", "find", "retrieve", "search", "lookup"),
     "compute": ("calculate", "compute", "work out", "evaluate", "arithmetic"),

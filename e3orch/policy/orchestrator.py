@@ -26,7 +26,7 @@ from typing import Any
 from e3orch.data.sim import stable_seed
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import parse_milestone
-from e3orch.orchestration.reading import PART_TAG_RE, parse_parts, part_attempts
+from e3orch.orchestration.reading import PART_TAG_RE, is_spent, parse_parts, part_attempts
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
@@ -65,8 +65,7 @@ def futile_milestone(obs: Observation, completion: str) -> bool:
     if not parts:
         return False
     attempts = part_attempts(obs.history)
-    limit = obs.max_part_attempts
-    return not any(t in parts and not (limit and attempts.get(t, 0) >= limit) for t in tags)
+    return not any(t in parts and not is_spent(attempts, t, obs.max_part_attempts) for t in tags)
 
 
 class MicroBatcher:

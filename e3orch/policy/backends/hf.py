@@ -280,12 +280,13 @@ class TransformersBackend(PolicyBackend):
             if row_seeds is not None and temperature > 0:
                 if len(row_seeds) != len(prompts):
                     raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts")
+                # one stream per completion (the j-th of prompt i), in ``flat``'s order
+                flat_seeds = [(row_seeds[i] * 1_000_003 + j) % 2**63 for i in range(len(prompts)) for j in range(n)]
                 if not own:  # model.generate samples from the global stream: one row at a time
-                    return [[self._one(ids[i], s * 1_000_003 + j, temperature=temperature, top_p=top_p,
+                    return [[self._one(ids[i], flat_seeds[i * n + j], temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
-                             for j in range(n)] for i, s in enumerate(row_seeds)]
-                streams = [torch.Generator().manual_seed((row_seeds[i] * 1_000_003 + j) % 2**63)
-                           for i in range(len(prompts)) for j in range(n)]
+                             for j in range(n)] for i in range(len(prompts))]
+                streams = [torch.Generator().manual_seed(x) for x in flat_seeds]
             # Prefix sharing wants prompts with common beginnings in one mini-batch (token order);
             # model.generate's left padding wants equal lengths together.
             order = sorted(range(len(flat)), key=(lambda k: flat[k][1]) if own else (lambda k: len(flat[k][1])))
@@ -321,7 +322,7 @@ class TransformersBackend(PolicyBackend):
 
     def _one(self, seq: list[int], seed: int, **kw: Any) -> Generation:
         """One completion by ``model.generate`` from its own seed (row seeds without the own loop)."""
-        torch.manual_seed(seed % 2**63)
+        torch.manual_seed(seed)
         new, lp = self._generate_hf([seq], **kw)
         return self._generation(new[0], lp[0], len(seq))
 
