@@ -29,42 +29,16 @@ from e3orch.executors.base import ExecutorSpec
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import render_answer, render_milestone, render_plan
 from e3orch.orchestration.reading import (
-    PART_RESULT_RE,
     PART_TAG_RE,
     SKILL_WORDS,
     Part,
+    PartStatus,
     card_levels,
     parse_parts,
+    part_status,
     price_of,
 )
 from e3orch.orchestration.types import Subtask
-
-
-@dataclass
-class PartStatus:
-    attempts: int = 0
-    value: str | None = None
-    confidence: float = 0.0
-
-
-def part_status(obs: Observation, parts: Sequence[Part]) -> dict[str, PartStatus]:
-    """Attempts and latest reported value/confidence of every part, read off the results."""
-    status = {p.id: PartStatus() for p in parts}
-    for rec in obs.history:
-        by_id = {s.id: s for s in rec.plan.subtasks}
-        for r in rec.results:
-            sub = by_id.get(r.id)
-            if sub is None:
-                continue
-            for pid in PART_TAG_RE.findall(sub.instruction):
-                if pid in status:
-                    status[pid].attempts += 1
-            for m in PART_RESULT_RE.finditer(r.output if r.ok else ""):
-                if m.group(1) in status:
-                    st = status[m.group(1)]
-                    st.value = m.group(2)
-                    st.confidence = float(m.group(3)) if m.group(3) else 0.5
-    return status
 
 
 @dataclass
@@ -105,7 +79,7 @@ class RuleOrchestrator(Orchestrator):
         parts, sink = parse_parts(obs.question)
         if not parts:
             return self._freeform(obs, kind)
-        status = part_status(obs, parts)
+        status = part_status(obs.history, parts)
         if kind == "milestone":
             return self.milestone(obs, parts, sink, status)
         return self.plan(obs, parts, status)

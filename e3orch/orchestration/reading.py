@@ -48,6 +48,28 @@ def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
                     attempts[tag] = attempts.get(tag, 0) + 1
     return attempts
 
+@dataclass
+class PartStatus:
+    attempts: int = 0             # as :func:`part_attempts` counts them
+    value: str | None = None      # the latest value an executor reported for the part
+    confidence: float = 0.0       # its stated confidence (0.5 when it stated none)
+
+
+def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> dict[str, PartStatus]:
+    """Attempts and latest reported value/confidence of every part, read off the results: what
+    the hand-written orchestrators decide on and the compact prompt shows."""
+    attempts = part_attempts(history)
+    status = {p.id: PartStatus(attempts=attempts.get(p.id, 0)) for p in parts}
+    for rec in history:
+        for r in rec.results:
+            for m in PART_RESULT_RE.finditer(r.output if r.ok else ""):
+                if m.group(1) in status:
+                    st = status[m.group(1)]
+                    st.value = m.group(2)
+                    st.confidence = float(m.group(3)) if m.group(3) else 0.5
+    return status
+
+
 def is_spent(attempts: dict[str, int], part: str, limit: int) -> bool:
     """Whether ``part`` has had the ``engine.max_part_attempts`` subtasks the engine allows
     (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all spent."""

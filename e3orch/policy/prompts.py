@@ -36,10 +36,11 @@ from e3orch.orchestration.reading import (
     LEVEL_NAMES,
     PART_RESULT_RE,
     Part,
+    PartStatus,
     card_levels,
     menus_for,
     parse_parts,
-    part_attempts,
+    part_status,
     plan_slots,
     price_of,
 )
@@ -162,16 +163,17 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     return default
 
 
-def _part_state(part: Part, results: dict[str, float], attempts: dict[str, int], limit: int = 0) -> str:
-    if part.id in results:
-        state = f"{results[part.id]:.2f}"
-    elif attempts.get(part.id):
+def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0) -> str:
+    st = status[part.id]
+    if st.value is not None:
+        state = f"{st.confidence:.2f}"
+    elif st.attempts:
         state = "failed"
-    elif all(d in results for d in part.deps):
+    elif all(d in status and status[d].value is not None for d in part.deps):
         state = "open"
     else:
         state = "waits"
-    return state + _attempts_note(attempts.get(part.id, 0), limit)
+    return state + _attempts_note(st.attempts, limit)
 
 
 def _attempts_note(n: int, limit: int) -> str:
@@ -179,23 +181,12 @@ def _attempts_note(n: int, limit: int) -> str:
     return (f" x{n}" if n else "") + (" spent" if limit and n >= limit else "")
 
 
-def _attempts_and_results(history: tuple[MilestoneRecord, ...] | list[MilestoneRecord]) -> tuple[dict[str, float], dict[str, int]]:
-    """Per part: the confidence of its latest reported value, and its attempts."""
-    results: dict[str, float] = {}
-    for rec in history:
-        for r in rec.results:
-            if r.ok:
-                for m in PART_RESULT_RE.finditer(r.output):
-                    results[m.group(1)] = float(m.group(3)) if m.group(3) else 0.5
-    return results, part_attempts(history)
-
-
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
     if not parts:
         return None
-    results, attempts = _attempts_and_results(obs.history)
+    status = part_status(obs.history, parts)
     limit = obs.max_part_attempts
     if kind == "plan":
         levels = [card_levels(c) for c in obs.cards]
@@ -206,16 +197,16 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
             options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
                                  for k, i in enumerate(menus[p.id]))
             lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
-                         f"{_attempts_note(attempts.get(p.id, 0), limit)}: {options or '(no capable executor)'}")
+                         f"{_attempts_note(status[p.id].attempts, limit)}: {options or '(no capable executor)'}")
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
     by_id = {p.id: p for p in parts}
     head = ["### parts"]
     for p in parts:
         deps = f" <{','.join(p.deps)}" if p.deps else ""
-        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, results, attempts, limit)}")
+        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, status, limit)}")
     return "\n".join(head + [
         # the final part's state again, next to the decision that depends on it most (answer or not)
-        f"### final: {sink}" + (f" {_part_state(by_id[sink], results, attempts, limit)}" if sink in by_id else ""),
+        f"### final: {sink}" + (f" {_part_state(by_id[sink], status, limit)}" if sink in by_id else ""),
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         "### decide: milestone",
     ]) + "\n"
