@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path
@@ -39,10 +40,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_system
+    from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_systems
     from e3orch.evaluation.report import render_table
     from e3orch.evaluation.systems import make_orchestrator
     from e3orch.executors.base import build_pool
+    from e3orch.orchestration.types import Episode
 
     params = params_from(args)
     ecfg = params.evaluate
@@ -71,27 +73,27 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
-    results = {}
 
-    async def go() -> None:
+    async def go() -> tuple[dict[str, list[Episode]], dict[str, int]]:
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
             with (out / "episodes.jsonl").open("w") as f:
-                for name, orch in zip(systems, orchestrators):
+                def start(name: str) -> Callable[[Episode], None]:
                     bar = progress.add_task(name[:28], total=len(tasks))
+                    return lambda _ep: progress.advance(bar)
 
-                    def done(ep, _bar=bar):  # type: ignore[no-untyped-def]
-                        progress.advance(_bar)
-
-                    eps = await run_system(orch, tasks, pool, params.engine, seed=seed, on_episode=done)
-                    await orch.aclose()
+                def write(name: str, eps: list[Episode]) -> None:
                     for ep in eps:
                         f.write(json.dumps({"system": name, **ep.to_dict()}) + "\n")
-                    results[name] = eps
-        await pool.aclose()
 
-    asyncio.run(go())
-    metrics = metrics_table(results, redrawn={n: getattr(o, "resampled", 0) for n, o in zip(systems, orchestrators)})
+                try:
+                    return await run_systems(zip(systems, orchestrators), tasks, pool, params.engine, seed=seed,
+                                             on_start=start, on_system=write)
+                finally:
+                    await pool.aclose()
+
+    results, redrawn = asyncio.run(go())
+    metrics = metrics_table(results, redrawn)
     metrics["config"] = {"env": args.env, "split": split, "limit": limit, "seed": seed,
                          "executors": str(pool_path), "n_tasks": len(tasks)}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,31 @@ async def run_system(
         return ep
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+async def run_systems(
+    systems: Iterable[tuple[str, Orchestrator]],
+    tasks: Sequence[Task],
+    pool: Pool,
+    cfg: EngineConfig,
+    *,
+    seed: int = 0,
+    on_start: Callable[[str], Callable[[Episode], None] | None] | None = None,
+    on_system: Callable[[str, list[Episode]], None] | None = None,
+) -> tuple[dict[str, list[Episode]], dict[str, int]]:
+    """Each system in turn on all tasks, closed when done: its episodes, and how many futile
+    milestones it re-drew (``policy.resample_futile``; 0 for all but policies). ``on_start(name)``
+    may return a per-episode callback (a progress bar); ``on_system`` gets each system's episodes."""
+    results: dict[str, list[Episode]] = {}
+    redrawn: dict[str, int] = {}
+    for name, orch in systems:
+        on_episode = on_start(name) if on_start else None
+        results[name] = await run_system(orch, tasks, pool, cfg, seed=seed, on_episode=on_episode)
+        redrawn[name] = getattr(orch, "resampled", 0)
+        await orch.aclose()
+        if on_system:
+            on_system(name, results[name])
+    return results, redrawn
 
 
 def metrics_table(results: dict[str, list[Episode]], redrawn: dict[str, int] | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from e3orch.config import Params
-from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_system
+from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_systems
 from e3orch.evaluation.systems import make_orchestrator
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.types import Episode
@@ -36,21 +36,19 @@ def evaluate_pool(params: Params, tasks: list[Any], pool_path: str | list[Execut
                   on_system: Callable[[str], None] | None = None, *, singles: bool = True,
                   ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
     pool = build_pool(pool_path)
-    results: dict[str, list[Episode]] = {}
-    redrawn: dict[str, int] = {}
+    seed = params.evaluate.seed
+    systems = ((name, make_orchestrator(policies.get(name, name), pool, seed=seed,
+                                        policy_options={"name": name, "params": params}))
+               for name in system_names(params, pool.names, policies, singles))  # each made when its turn comes
 
-    async def go() -> None:
-        for name in system_names(params, pool.names, policies, singles):
-            orch = make_orchestrator(policies.get(name, name), pool, seed=params.evaluate.seed,
-                                     policy_options={"name": name, "params": params})
-            results[name] = await run_system(orch, tasks, pool, params.engine, seed=params.evaluate.seed)
-            redrawn[name] = getattr(orch, "resampled", 0)
-            await orch.aclose()
-            if on_system:
-                on_system(name)
-        await pool.aclose()
+    async def go() -> tuple[dict[str, list[Episode]], dict[str, int]]:
+        try:
+            return await run_systems(systems, tasks, pool, params.engine, seed=seed,
+                                     on_system=(lambda name, _eps: on_system(name)) if on_system else None)
+        finally:
+            await pool.aclose()
 
-    asyncio.run(go())
+    results, redrawn = asyncio.run(go())
     return metrics_table(results, redrawn), results
 
 
