@@ -6,6 +6,8 @@ into data, shared by the hand-written orchestrators, the policy's compact prompt
 
 * :func:`parse_parts` — each part's id, skill (from its leading verb), difficulty cue and deps;
 * :func:`card_levels` — skill → level 0 (weak) … 3 (strong) as a card's description states it;
+* :func:`part_status` — each part's attempts and latest reported value and confidence, read off
+  an episode's results (:func:`part_attempts` counts attempts as the engine limits them);
 * :func:`part_menus` — for each part, the executors whose card claims at least a fair level at
   its skill, cheapest first. A plan may name an executor by its rank in the menu of the part its
   instruction names (``#2``): a pointer whose meaning (the second-cheapest capable card) is the
@@ -47,6 +49,7 @@ def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
                 for tag in dict.fromkeys(PART_TAG_RE.findall(sub.instruction)):
                     attempts[tag] = attempts.get(tag, 0) + 1
     return attempts
+
 
 @dataclass
 class PartStatus:
