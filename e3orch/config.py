@@ -197,7 +197,7 @@ class TrainConfig(_Section):
     rounds: int = Field(6, ge=0)
     lr: float = Field(2e-5, gt=0)
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
-    kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator)")
+    kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator, capped at 10 per token)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     ppo_epochs: int = Field(1, ge=1, description="passes over each round's decisions")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")

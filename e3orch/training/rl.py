@@ -6,6 +6,14 @@ the batch, left-aligned to the end of the sequence; see training/data.py).
 Per decision the token losses are averaged; decisions are then weighted so that every rollout
 tree counts equally (weight = 1 / decisions in its tree, normalised over the batch) — long
 trajectories with many decisions do not dominate.
+
+The KL term is the k3 estimate ``exp(d) - d - 1`` with ``d = log pi_ref - log pi``, clamped at
+:data:`KL_TOKEN_MAX` per token (as verl's ``low_var_kl`` does). Its gradient grows like
+``exp(d)``: a token the update pushes far below the warm start (a malformed completion sampled
+at a high rollout temperature, or a greedy sibling with a negative advantage) made the whole
+step's gradient, and after ``max_grad_norm`` clipping the whole step, about that one token — a
+round at lr 3e-4 and rollout temperature 1.5 measured a mean token KL of 30.8. Clamped, such a
+token adds a constant and no gradient.
 """
 
 from __future__ import annotations
@@ -13,6 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+KL_TOKEN_MAX = 10.0  # per-token cap of the k3 KL estimate (see the module docstring)
+_LOG_RATIO_MAX = 20.0  # |d| cap before exp, so the cap above is reached without overflow
+
+
+def k3_kl(ref_lp: torch.Tensor, new_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || pi_ref), clamped at :data:`KL_TOKEN_MAX`; 0 off the mask."""
+    d = torch.where(mask > 0, ref_lp - new_lp, torch.zeros_like(new_lp))
+    d = torch.clamp(d, -_LOG_RATIO_MAX, _LOG_RATIO_MAX)
+    return torch.clamp(torch.exp(d) - d - 1, max=KL_TOKEN_MAX)
 
 
 @dataclass
@@ -44,19 +62,16 @@ def clipped_pg_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
     tok = -torch.minimum(unclipped, clipped)
-    if ref_lp is not None and kl_coef > 0:
-        d = (ref_lp - new_lp) * mask
-        tok = tok + kl_coef * (torch.exp(d) - d - 1)  # k3: unbiased, non-negative KL estimate
+    kl_tok = k3_kl(ref_lp, new_lp, mask) if ref_lp is not None else None
+    if kl_tok is not None and kl_coef > 0:
+        tok = tok + kl_coef * kl_tok  # k3: unbiased, non-negative KL estimate
     if entropy is not None and entropy_coef > 0:
         tok = tok - entropy_coef * entropy
     n_tok = mask.sum(1).clamp(min=1)
     per_decision = (tok * mask).sum(1) / n_tok
     loss = (per_decision * weight).sum()
     with torch.no_grad():
-        kl = 0.0
-        if ref_lp is not None:
-            d = (ref_lp - new_lp) * mask
-            kl = float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum().clamp(min=1))
+        kl = float((kl_tok * mask).sum() / mask.sum().clamp(min=1)) if kl_tok is not None else 0.0
         ent = float((entropy * mask).sum() / mask.sum().clamp(min=1)) if entropy is not None else 0.0
         clip_frac = float((((ratio - 1).abs() > clip_eps).float() * mask).sum() / mask.sum().clamp(min=1))
         pg = float(((-torch.minimum(unclipped, clipped) * mask).sum(1) / n_tok * weight).sum())

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from e3orch.training.data import Example, collate, make_batches
-from e3orch.training.rl import clipped_pg_loss
+from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss
 
 
 def reference_loss(new, old, ref, adv, mask, weight, clip, beta):  # type: ignore[no-untyped-def]
@@ -23,7 +23,7 @@ def reference_loss(new, old, ref, adv, mask, weight, clip, beta):  # type: ignor
             ratio = math.exp(new[b][t] - old[b][t])
             pg = -min(ratio * adv[b], max(1 - clip, min(1 + clip, ratio)) * adv[b])
             d = ref[b][t] - new[b][t]
-            toks.append(pg + beta * (math.exp(d) - d - 1))
+            toks.append(pg + beta * min(KL_TOKEN_MAX, math.exp(d) - d - 1))
         total += weight[b] * (sum(toks) / max(1, len(toks)))
     return total
 
@@ -43,6 +43,25 @@ def test_clipped_pg_matches_plain_loop() -> None:
     expected = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), weight.tolist(), 0.2, 0.05)
     assert float(parts.loss) == pytest.approx(expected, rel=1e-5)
     assert 0.0 <= parts.clip_frac <= 1.0 and parts.kl >= 0.0
+
+
+def test_kl_of_a_token_pushed_far_below_the_reference_is_capped_and_adds_no_gradient() -> None:
+    # token 0 sits 15 nats below the warm start (k3 would be e^15 ≈ 3.3e6), token 1 just below it
+    new = torch.tensor([[-20.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-5.0, -0.9]])
+    parts = clipped_pg_loss(new, new.detach(), ref, torch.tensor([0.0]), torch.ones(1, 2), torch.ones(1), kl_coef=1.0)
+    small = math.exp(0.1) - 0.1 - 1
+    assert float(parts.loss.detach()) == pytest.approx((KL_TOKEN_MAX + small) / 2)
+    assert parts.kl == pytest.approx((KL_TOKEN_MAX + small) / 2)
+    parts.loss.backward()
+    assert new.grad is not None
+    assert new.grad[0, 0].item() == 0.0  # capped: it no longer drives the step
+    assert new.grad[0, 1].item() == pytest.approx((1 - math.exp(0.1)) / 2)  # d/dnew of k3, per-token mean
+    # padding never contributes, whatever its log-probs
+    pad = clipped_pg_loss(torch.tensor([[-1.0, -50.0]]), torch.tensor([[-1.0, -50.0]]),
+                          torch.tensor([[-1.0, 0.0]]), torch.tensor([1.0]), torch.tensor([[1.0, 0.0]]),
+                          torch.ones(1), kl_coef=1.0)
+    assert float(pad.loss) == pytest.approx(-1.0) and pad.kl == 0.0
 
 
 def test_gradient_sign_follows_advantage() -> None:
