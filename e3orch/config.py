@@ -206,16 +206,20 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
     validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
-    select: Literal["last", "best"] = Field(
-        "best", description="the policy written: the last round's, or the one most accurate on the validation split")
+    select: Literal["last", "best", "efficient"] = Field(
+        "best", description="the policy written: the last round's; the one most accurate on the validation split (best); "
+                            "or the one with the highest validation accuracy/cost among those at most select_tolerance "
+                            "less accurate than the warm start (efficient)")
+    select_tolerance: float = Field(
+        0.01, ge=0, le=1, description="select: efficient — validation accuracy a round may lose against the warm start")
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
     out_dir: str = "models/policy"
     seed: int = 0
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.select == "best" and not self.validate_rounds:
-            raise ValueError("select: 'best' picks by validation accuracy; set train.validate_rounds: true")
+        if self.select != "last" and not self.validate_rounds:
+            raise ValueError(f"select: {self.select!r} picks by validation figures; set train.validate_rounds: true")
         return self
 
 

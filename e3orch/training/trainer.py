@@ -78,6 +78,20 @@ class RoundMetrics:
         return {k: v for k, v in d.items() if v is not None}
 
 
+def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: float = 0.01) -> dict[str, Any] | None:
+    """The validation entry (``{"round", "val_accuracy", "val_cost"}``, round 0 = the warm start
+    first) a run writes. ``efficient``: of the entries at most ``tolerance`` less accurate than the
+    warm start (it is always one of them), the highest accuracy per cost. Otherwise (``best``) the
+    most accurate; of equally accurate ones the cheaper. Full ties: the earlier."""
+    if not validation:
+        return None
+    if select == "efficient":
+        floor = validation[0]["val_accuracy"] - tolerance - 1e-9
+        return max((v for v in validation if v["val_accuracy"] >= floor),
+                   key=lambda v: v["val_accuracy"] / v["val_cost"] if v["val_cost"] > 0 else float("inf"))
+    return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
+
+
 def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int) -> list[Example]:
     """Decisions → training examples (completion ids and old log-probs as sampled).
 
@@ -249,15 +263,14 @@ class RLTrainer:
         entry = {"round": self.round, "val_accuracy": accuracy, "val_cost": cost}
         self.validation.append(entry)
         better = self.best is entry
-        if better and self.cfg.select == "best":
+        if better and self.cfg.select != "last":
             self.save_policy(self.ckpt / "best", val_accuracy=accuracy, val_cost=cost)
         return better
 
     @property
     def best(self) -> dict[str, Any] | None:
-        """The best validation entry so far: the most accurate; of equally accurate ones the
-        cheaper; of full ties the earlier."""
-        return max(self.validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]), default=None)
+        """The best validation entry so far (:func:`select_round`)."""
+        return select_round(self.validation, self.cfg.select, self.cfg.select_tolerance)
 
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
@@ -433,7 +446,7 @@ def train_rl(
         if on_round:
             on_round(m)
     out = Path(out_dir or cfg.out_dir)
-    if cfg.select == "best" and trainer.best is not None and trainer.best["round"] != trainer.round:
+    if cfg.select != "last" and trainer.best is not None and trainer.best["round"] != trainer.round:
         if trainer.acc.is_main_process:
             import shutil
 
