@@ -9,11 +9,11 @@ trajectories with many decisions do not dominate.
 
 The KL term is the k3 estimate ``exp(d) - d - 1`` with ``d = log pi_ref - log pi``, clamped at
 :data:`KL_TOKEN_MAX` per token (as verl's ``low_var_kl`` does). Its gradient grows like
-``exp(d)``: a token the update pushes far below the warm start (a malformed completion sampled
-at a high rollout temperature, or a greedy sibling with a negative advantage) made the whole
-step's gradient, and after ``max_grad_norm`` clipping the whole step, about that one token — a
-round at lr 3e-4 and rollout temperature 1.5 measured a mean token KL of 30.8. Clamped, such a
-token adds a constant and no gradient.
+``exp(d)``: a token the update pushes far below the warm start (e.g. a rare completion sampled
+at a high rollout temperature with a negative advantage) made the whole step's gradient, and
+after ``max_grad_norm`` clipping the whole step, about that one token — a round at lr 3e-4 and
+rollout temperature 1.5 measured a mean token KL of 30.8. Clamped, such a token adds a constant
+and no gradient.
 """
 
 from __future__ import annotations
