@@ -160,7 +160,7 @@ class EpisodeState:
         keep, defects = [], list(plan.defects)
         for s in plan.subtasks:
             tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
-            spent = [t for t in tags if is_spent(attempts, t, self.cfg.max_part_attempts)]
+            spent = [t for t in tags if is_spent(attempts.get(t, 0), self.cfg.max_part_attempts)]
             if spent and len(spent) == len(tags):
                 defects.append(Defect("part_attempts", f"{s.id}: {spent[0]} already had {attempts[spent[0]]} subtasks "
                                                        f"(engine.max_part_attempts)"))

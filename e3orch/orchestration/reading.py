@@ -73,10 +73,11 @@ def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> di
     return status
 
 
-def is_spent(attempts: dict[str, int], part: str, limit: int) -> bool:
-    """Whether ``part`` has had the ``engine.max_part_attempts`` subtasks the engine allows
-    (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all spent."""
-    return bool(limit) and attempts.get(part, 0) >= limit
+def is_spent(attempts: int, limit: int) -> bool:
+    """Whether a part with ``attempts`` subtasks has had the ``engine.max_part_attempts`` the
+    engine allows (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all
+    spent, and the compact prompt marks such a part ``spent``."""
+    return bool(limit) and attempts >= limit
 
 
 SKILL_WORDS: dict[str, tuple[str, ...]] = {

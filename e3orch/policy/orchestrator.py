@@ -65,7 +65,7 @@ def futile_milestone(obs: Observation, completion: str) -> bool:
     if not parts:
         return False
     attempts = part_attempts(obs.history)
-    return not any(t in parts and not is_spent(attempts, t, obs.max_part_attempts) for t in tags)
+    return not any(t in parts and not is_spent(attempts.get(t, 0), obs.max_part_attempts) for t in tags)
 
 
 class MicroBatcher:

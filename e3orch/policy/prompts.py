@@ -38,6 +38,7 @@ from e3orch.orchestration.reading import (
     Part,
     PartStatus,
     card_levels,
+    is_spent,
     menus_for,
     parse_parts,
     part_status,
@@ -178,7 +179,7 @@ def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0) -> st
 
 def _attempts_note(n: int, limit: int) -> str:
     """`` x2``; `` x3 spent`` once the engine refuses more (``engine.max_part_attempts``)."""
-    return (f" x{n}" if n else "") + (" spent" if limit and n >= limit else "")
+    return (f" x{n}" if n else "") + (" spent" if is_spent(n, limit) else "")
 
 
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
