@@ -30,7 +30,7 @@ class PrepareConfig(_Section):
     train_per_domain: int = Field(250, ge=1, description="sim train tasks per domain")
     eval_per_domain: int = Field(40, ge=1, description="sim eval tasks per domain")
     val_per_domain: int = Field(
-        15, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
+        30, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
     domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
     out_dir: str = "data/tasks"
 
@@ -206,6 +206,10 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
     validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
+    validate_pools: list[Literal["training", "randomized"]] = Field(
+        ["training", "randomized"], min_length=1,
+        description="pools each validation task runs on: the training pool as it is (training) and/or the task's own "
+                    "random pool, drawn as in the rollouts (randomized); select: efficient must hold on each")
     select: Literal["last", "best", "efficient"] = Field(
         "best", description="the policy written: the last round's; the one most accurate on the validation split (best); "
                             "or the one with the highest validation accuracy/cost among those at most select_tolerance "
@@ -220,6 +224,8 @@ class TrainConfig(_Section):
     def _check(self) -> TrainConfig:
         if self.select != "last" and not self.validate_rounds:
             raise ValueError(f"select: {self.select!r} picks by validation figures; set train.validate_rounds: true")
+        if len(set(self.validate_pools)) != len(self.validate_pools):
+            raise ValueError(f"validate_pools: {self.validate_pools} names a pool kind twice")
         return self
 
 

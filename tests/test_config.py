@@ -74,6 +74,9 @@ def _error(data: dict[str, Any]) -> str:
         ({"evaluate": {"split": "test"}}, "evaluate.split", "'test'"),
         ({"evaluate": {"single_executors": "maybe"}}, "evaluate.single_executors", "'maybe'"),
         ({"engine": 5}, "engine", "mapping"),
+        ({"train": {"validate_pools": ["training", "shuffled"]}}, "train.validate_pools.1", "'shuffled'"),
+        ({"train": {"validate_pools": []}}, "train.validate_pools", "at least 1"),
+        ({"train": {"validate_pools": ["training", "training"]}}, "train.validate_pools", "twice"),
     ],
 )
 def test_errors_name_the_dotted_key(data: dict[str, Any], key: str, words: str) -> None:

@@ -19,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", choices=("sim", "live"), default="sim")
     p.add_argument("--benchmark", action="append", default=None, help="live benchmark(s)")
     p.add_argument("--executors", default=None, help="executor pool YAML (default: evaluate.executors)")
-    p.add_argument("--split", choices=("train", "eval"), default=None, help="default: evaluate.split")
+    p.add_argument("--split", choices=("train", "eval", "val"), default=None,
+                   help="default: evaluate.split; val: the sim validation split RL selects rounds on")
     p.add_argument("--limit", type=int, default=None, help="at most N tasks per benchmark/domain (0 = all)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", required=True, help="output folder for metrics.json and episodes.jsonl")

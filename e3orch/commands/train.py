@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from e3orch.commands.common import (
     add_params_arg,
@@ -61,8 +62,20 @@ def run(args: argparse.Namespace) -> int:
     if "val_accuracy" in meta:
         which += f", validation accuracy {meta['val_accuracy']:.3f} at cost {meta['val_cost']:.3f}"
     console.print(f"wrote {out} after {params.train.rounds} rounds: {which}")
+
+    def val_text(v: dict[str, Any]) -> str:
+        text = f"val acc {v['val_accuracy']:.3f} cost {v['val_cost']:.3f}"
+        pools = v.get("val_pools") or v.get("pools") or {}
+        if len(pools) > 1:
+            text += " (" + ", ".join(f"{k} {f['accuracy']:.3f} / {f['cost']:.3f}" for k, f in pools.items()) + ")"
+        return text
+
+    marker = Path(params.train.checkpoint_dir) / "round.json"
+    seen = json.loads(marker.read_text()).get("validation", []) if marker.exists() else []
+    if seen and seen[0]["round"] == 0:
+        console.print(f"  warm start (round 0): {val_text(seen[0])}", soft_wrap=True)
     for m in rounds:
-        val = f"  val acc {m['val_accuracy']:.3f} cost {m['val_cost']:.3f}" if "val_accuracy" in m else ""
+        val = f"  {val_text(m)}" if "val_accuracy" in m else ""
         console.print(f"  round {m['round']:>2}: leaf acc {m['accuracy']:.3f}  cost {m['cost']:.3f}  reward {m['reward']:.3f}  "
                       f"kl {m['kl']:.4f}  gen {m['time_generate_s']:.1f}s  exec {m['time_execute_s']:.1f}s  "
                       f"update {m['time_update_s']:.1f}s{val}", soft_wrap=True)

@@ -70,6 +70,7 @@ class RoundMetrics:
     skipped_steps: int = 0           # optimizer steps skipped for a non-finite gradient
     val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
     val_cost: float | None = None
+    val_pools: dict[str, dict[str, float]] | None = None  # per train.validate_pools kind: {"accuracy", "cost"}
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,14 +82,31 @@ class RoundMetrics:
 def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: float = 0.01) -> dict[str, Any] | None:
     """The validation entry (``{"round", "val_accuracy", "val_cost"}``, round 0 = the warm start
     first) a run writes. ``efficient``: of the entries at most ``tolerance`` less accurate than the
-    warm start (it is always one of them), the highest accuracy per cost. Otherwise (``best``) the
-    most accurate; of equally accurate ones the cheaper. Full ties: the earlier."""
+    warm start (it is always one of them), the highest accuracy per cost. When the entries carry
+    per-pool figures (``"pools": {kind: {"accuracy", "cost"}}``, ``train.validate_pools``) the
+    tolerance holds on every pool, and a round's score is its smallest gain in accuracy per cost
+    over the warm start's on any pool: it must be more efficient everywhere to count as more
+    efficient. Otherwise (``best``) the most accurate; of equally accurate ones the cheaper. Full
+    ties: the earlier."""
     if not validation:
         return None
     if select == "efficient":
-        floor = validation[0]["val_accuracy"] - tolerance - 1e-9
-        return max((v for v in validation if v["val_accuracy"] >= floor),
-                   key=lambda v: v["val_accuracy"] / v["val_cost"] if v["val_cost"] > 0 else float("inf"))
+        first = validation[0]
+        def figures(v: dict[str, Any]) -> dict[str, dict[str, float]]:
+            return v["pools"] if first.get("pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
+
+        def ie(f: dict[str, float]) -> float:
+            return f["accuracy"] / f["cost"] if f["cost"] > 0 else float("inf")
+
+        base = figures(first)
+
+        def eligible(v: dict[str, Any]) -> bool:
+            return all(figures(v)[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
+
+        def score(v: dict[str, Any]) -> float:
+            return min(ie(figures(v)[k]) / ie(base[k]) if 0 < ie(base[k]) < float("inf") else ie(figures(v)[k]) for k in base)
+
+        return max((v for v in validation if eligible(v)), key=score)
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
@@ -221,10 +239,14 @@ class RLTrainer:
             tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
 
     # -- validation and round selection -------------------------------------------------------
-    def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> tuple[float, float]:
-        """The current weights, decoding as in evaluation, on the validation tasks: accuracy and
-        mean cost. Each task always gets the same pool (randomised as in the rollouts) and the same
-        execution seed, so rounds are compared on equal terms. Each process runs its share."""
+    def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:
+        """The current weights, decoding as in evaluation, on the validation tasks, once per pool
+        kind of ``train.validate_pools``: ``training`` gives every task the training pool as it
+        is (the pool the default evaluation uses), ``randomized`` each task its own random pool
+        drawn as in the rollouts (new names, members, prices; a share freshly generated). Each
+        task always gets the same pool and the same execution seed, so rounds are compared on
+        equal terms. Each process runs its share. Returns ``{"val_accuracy", "val_cost"}`` over
+        all episodes and ``"pools": {kind: {"accuracy", "cost"}}``."""
         import asyncio
 
         from accelerate.utils import gather_object
@@ -240,31 +262,39 @@ class RLTrainer:
         actor = PolicyOrchestrator(self.backend, DecodeSettings.from_policy(
             pc, temperature=pc.eval_temperature, prompt_style=policy_prompt_style(self.backend, pc.prompt)), name="validate")
 
-        async def one(task: Task) -> tuple[bool, float]:
+        async def one(task: Task, kind: str) -> tuple[str, bool, float]:
             rng = random.Random(stable_seed("validate", task.task_id))
-            task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if rcfg.randomize_pool else list(specs)
+            task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if kind == "randomized" else list(specs)
             ep = await run_episode(task, actor, build_pool(task_specs), self.params.engine,
                                    seed=stable_seed("validate", task.task_id))
-            return ep.correct, ep.cost
+            return kind, ep.correct, ep.cost
 
-        async def run_all() -> list[tuple[bool, float]]:
-            return list(await asyncio.gather(*(one(t) for t in tasks[self.acc.process_index :: self.acc.num_processes])))
+        mine = tasks[self.acc.process_index :: self.acc.num_processes]
+
+        async def run_all() -> list[tuple[str, bool, float]]:
+            return list(await asyncio.gather(*(one(t, k) for k in self.cfg.validate_pools for t in mine)))
 
         runs = asyncio.run(run_all())
         if self.acc.num_processes > 1:
             runs = gather_object(runs)
-        n = max(1, len(runs))
-        return sum(c for c, _ in runs) / n, sum(cost for _, cost in runs) / n
 
-    def consider(self, accuracy: float, cost: float) -> bool:
-        """Record the current weights' validation figures; with ``train.select: best`` save them
-        to ``<checkpoint_dir>/best`` when they are the best so far (more accurate, or as accurate
-        and cheaper; the warm start is round 0). Returns whether they are."""
-        entry = {"round": self.round, "val_accuracy": accuracy, "val_cost": cost}
+        def figures(rows: list[tuple[str, bool, float]]) -> dict[str, float]:
+            n = max(1, len(rows))
+            return {"accuracy": sum(c for _, c, _ in rows) / n, "cost": sum(cost for *_, cost in rows) / n}
+
+        pooled = figures(runs)
+        return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
+                "pools": {k: figures([r for r in runs if r[0] == k]) for k in self.cfg.validate_pools}}
+
+    def consider(self, figures: dict[str, Any]) -> bool:
+        """Record the current weights' validation figures (:meth:`validate`); unless
+        ``train.select: last``, save them to ``<checkpoint_dir>/best`` when they are the best so
+        far (:func:`select_round`; the warm start is round 0). Returns whether they are."""
+        entry = {"round": self.round, **figures}
         self.validation.append(entry)
         better = self.best is entry
         if better and self.cfg.select != "last":
-            self.save_policy(self.ckpt / "best", val_accuracy=accuracy, val_cost=cost)
+            self.save_policy(self.ckpt / "best", val_accuracy=entry["val_accuracy"], val_cost=entry["val_cost"])
         return better
 
     @property
@@ -431,7 +461,7 @@ def train_rl(
     if resume:
         trainer.resume()
     if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
-        trainer.consider(*trainer.validate(val_tasks, specs))
+        trainer.consider(trainer.validate(val_tasks, specs))
     history: list[RoundMetrics] = []
     while trainer.round < cfg.rounds:
         if trainer.round == 0 and first_scored is not None:
@@ -439,8 +469,9 @@ def train_rl(
         else:
             m = trainer.run_round(train_tasks, specs)
         if cfg.validate_rounds:
-            m.val_accuracy, m.val_cost = trainer.validate(val_tasks, specs)
-            trainer.consider(m.val_accuracy, m.val_cost)
+            figures = trainer.validate(val_tasks, specs)
+            m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["pools"]
+            trainer.consider(figures)
         trainer.save_checkpoint()
         history.append(m)
         if on_round:

@@ -83,11 +83,13 @@ def test_train_resumes_from_its_checkpoint(pipeline: Path) -> None:
 
 
 def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None:
-    """With validate_rounds the warm start (round 0) and every round run the validation split; with
-    select: best the policy written is the most accurate there (ties: the cheaper), whatever its round."""
+    """With validate_rounds the warm start (round 0) and every round run the validation split, here
+    on the training pool as it is and on randomised pools, as many tasks each; with select: best the
+    policy written is the most accurate over both (ties: the cheaper), whatever its round."""
     root = pipeline / "select"
     params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
                                train={"rounds": 2, "validate_rounds": True, "select": "best",
+                                      "validate_pools": ["training", "randomized"],
                                       "checkpoint_dir": str(root / "ckpt")})
     out = root / "rounds.json"
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"), "--no-resume",
@@ -97,6 +99,11 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None
     seen = info["validation"]
     assert [v["round"] for v in seen] == [0, 1, 2]
     assert [(r["val_accuracy"], r["val_cost"]) for r in rounds] == [(v["val_accuracy"], v["val_cost"]) for v in seen[1:]]
+    assert [r["val_pools"] for r in rounds] == [v["pools"] for v in seen[1:]]
+    for v in seen:
+        assert list(v["pools"]) == ["training", "randomized"]
+        for m in ("accuracy", "cost"):
+            assert v[f"val_{m}"] == pytest.approx((v["pools"]["training"][m] + v["pools"]["randomized"][m]) / 2)
     best = seen[0]
     for v in seen[1:]:
         if v["val_accuracy"] > best["val_accuracy"] or (v["val_accuracy"] == best["val_accuracy"] and v["val_cost"] < best["val_cost"]):

@@ -31,3 +31,32 @@ def test_efficient_keeps_the_warm_start_when_no_round_is_both_as_accurate_and_mo
     worse = [VAL[0], VAL[1], {"round": 2, "val_accuracy": 0.61, "val_cost": 3.50}]
     assert select_round(worse, "efficient")["round"] == 0  # type: ignore[index]
     assert select_round([], "efficient") is None
+
+
+def _pools(rnd: int, training: tuple[float, float], randomized: tuple[float, float]) -> dict[str, object]:
+    """A validation entry with per-pool figures (train.validate_pools); the pooled figures are the means."""
+    return {"round": rnd, "val_accuracy": (training[0] + randomized[0]) / 2, "val_cost": (training[1] + randomized[1]) / 2,
+            "pools": {"training": {"accuracy": training[0], "cost": training[1]},
+                      "randomized": {"accuracy": randomized[0], "cost": randomized[1]}}}
+
+
+# warm start: IE 0.25 on the training pool, 0.20 on randomized pools
+POOLS = [
+    _pools(0, (0.70, 2.80), (0.60, 3.00)),
+    _pools(1, (0.69, 2.90), (0.60, 2.20)),  # the best pooled accuracy/cost (0.253), but less efficient on the training pool
+    _pools(2, (0.70, 2.50), (0.60, 2.70)),  # gains 1.12x and 1.11x: the smaller, 1.11, is its score
+    _pools(3, (0.71, 2.60), (0.62, 2.90)),  # gains 1.09x and 1.07x
+    _pools(4, (0.70, 2.00), (0.55, 2.00)),  # 1.40x and 1.38x, but 5 points less accurate on randomized pools
+]
+
+
+def test_efficient_with_pools_takes_the_smallest_gain_over_pools_and_holds_accuracy_on_each() -> None:
+    assert select_round(POOLS, "efficient", 0.01)["round"] == 2  # type: ignore[index]
+    assert select_round(POOLS, "efficient", 0.05)["round"] == 4  # type: ignore[index]
+    # pooled figures alone would pick round 1 (0.253 against round 2's 0.250)
+    pooled = [{k: v for k, v in e.items() if k != "pools"} for e in POOLS]
+    assert select_round(pooled, "efficient", 0.01)["round"] == 1  # type: ignore[index]
+    assert select_round([POOLS[0], POOLS[1]], "efficient")["round"] == 0  # type: ignore[index]
+    assert select_round([POOLS[0], POOLS[1], POOLS[3]], "efficient")["round"] == 3  # type: ignore[index]
+    # best ignores the per-pool figures: the most accurate pooled
+    assert select_round(POOLS, "best")["round"] == 3  # type: ignore[index]
