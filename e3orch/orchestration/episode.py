@@ -29,6 +29,7 @@ from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.protocol import parse_milestone, parse_plan
 from e3orch.orchestration.reading import (
     PART_TAG_RE,
+    futile_parts,
     is_spent,
     menus_for,
     parse_parts,
@@ -132,6 +133,9 @@ class EpisodeState:
         elif decision.kind == "milestone":
             self.pending = decision
             self.pending_completion = completion
+            futile = futile_parts(decision.text, self.task.question, self.milestones, self.cfg.max_part_attempts)
+            if futile:  # the milestone's own defect: its plan's refused subtasks are recorded there too
+                self.defects.append(Defect("futile_milestone", f"names only spent or unknown parts: {', '.join(futile)}"))
         elif self.decisions > self.cfg.max_milestones:
             # invalid decisions use up the same budget (max_milestones plans + one answer)
             self._fail("milestone_budget", f"{self.decisions} decisions without an answer")

@@ -7,7 +7,8 @@ into data, shared by the hand-written orchestrators, the policy's compact prompt
 * :func:`parse_parts` — each part's id, skill (from its leading verb), difficulty cue and deps;
 * :func:`card_levels` — skill → level 0 (weak) … 3 (strong) as a card's description states it;
 * :func:`part_status` — each part's attempts and latest reported value and confidence, read off
-  an episode's results (:func:`part_attempts` counts attempts as the engine limits them);
+  an episode's results (:func:`part_attempts` counts attempts as the engine limits them;
+  :func:`futile_parts` says when a milestone names none that would still run);
 * :func:`part_menus` — for each part, the executors whose card claims at least a fair level at
   its skill, cheapest first. A plan may name an executor by its rank in the menu of the part its
   instruction names (``#2``): a pointer whose meaning (the second-cheapest capable card) is the
@@ -78,6 +79,18 @@ def is_spent(attempts: int, limit: int) -> bool:
     engine allows (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all
     spent, and the compact prompt marks such a part ``spent``."""
     return bool(limit) and attempts >= limit
+
+
+def futile_parts(text: str, question: str, history: Iterable[MilestoneRecord], limit: int) -> list[str]:
+    """The parts a milestone ``text`` names when none of them would still run — each is spent
+    (:func:`is_spent`) or not a part of the task — else ``[]`` (also when it names no part, or
+    the task has no numbered parts). Any plan for such a milestone is refused subtask by subtask."""
+    tags = list(dict.fromkeys(PART_TAG_RE.findall(text)))
+    parts = {p.id for p in parse_parts(question)[0]}
+    if not tags or not parts:
+        return []
+    attempts = part_attempts(history)
+    return [] if any(t in parts and not is_spent(attempts.get(t, 0), limit) for t in tags) else tags
 
 
 SKILL_WORDS: dict[str, tuple[str, ...]] = {

@@ -17,8 +17,8 @@ class Defect:
     """A planning defect found by the parser/validator or the episode runner.
 
     Codes: unparseable, bad_line, no_slot, unknown_executor, duplicate_id, empty_instruction, self_dep,
-    dangling_dep, cyclic_deps, empty_plan, oversized_plan, over_budget, part_attempts, no_answer,
-    milestone_budget, cost_budget, unconsumed_output.
+    dangling_dep, cyclic_deps, empty_plan, oversized_plan, over_budget, part_attempts, futile_milestone,
+    no_answer, milestone_budget, cost_budget, unconsumed_output.
     """
 
     code: str

@@ -26,7 +26,7 @@ from typing import Any
 from e3orch.data.sim import stable_seed
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import parse_milestone
-from e3orch.orchestration.reading import PART_TAG_RE, is_spent, parse_parts, part_attempts
+from e3orch.orchestration.reading import futile_parts
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
@@ -58,14 +58,7 @@ def futile_milestone(obs: Observation, completion: str) -> bool:
     run: each is spent (``max_part_attempts`` subtasks so far) or not a part of the task. Answers,
     unparseable text and milestones without part tags are not futile (the parser records those)."""
     decision = parse_milestone(completion)
-    tags = set(PART_TAG_RE.findall(decision.text)) if decision.kind == "milestone" else set()
-    if not tags:
-        return False
-    parts = {p.id for p in parse_parts(obs.question)[0]}
-    if not parts:
-        return False
-    attempts = part_attempts(obs.history)
-    return not any(t in parts and not is_spent(attempts.get(t, 0), obs.max_part_attempts) for t in tags)
+    return decision.kind == "milestone" and bool(futile_parts(decision.text, obs.question, obs.history, obs.max_part_attempts))
 
 
 class MicroBatcher:

@@ -259,13 +259,15 @@ class RLTrainer:
         from e3orch.policy.prompts import policy_prompt_style
 
         pc, rcfg = self.params.policy, self.params.rollout
-        actor = PolicyOrchestrator(self.backend, DecodeSettings.from_policy(
-            pc, temperature=pc.eval_temperature, prompt_style=policy_prompt_style(self.backend, pc.prompt)), name="validate")
+        settings = DecodeSettings.from_policy(pc, temperature=pc.eval_temperature,
+                                              prompt_style=policy_prompt_style(self.backend, pc.prompt))
+        # one actor per kind: a task's sampling streams (policy.resample_futile) count its own decisions
+        actors = {k: PolicyOrchestrator(self.backend, settings, name=f"validate-{k}") for k in self.cfg.validate_pools}
 
         async def one(task: Task, kind: str) -> tuple[str, bool, float]:
             rng = random.Random(stable_seed("validate", task.task_id))
             task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if kind == "randomized" else list(specs)
-            ep = await run_episode(task, actor, build_pool(task_specs), self.params.engine,
+            ep = await run_episode(task, actors[kind], build_pool(task_specs), self.params.engine,
                                    seed=stable_seed("validate", task.task_id))
             return kind, ep.correct, ep.cost
 

@@ -267,6 +267,19 @@ def test_a_part_gets_at_most_max_part_attempts_subtasks() -> None:
     assert orch.seen[-1][1].max_part_attempts == 3
 
 
+def test_a_milestone_naming_only_spent_parts_is_a_defect_of_its_own() -> None:
+    """The milestone that chose a spent part is blamed (futile_milestone), not only its plan, whose
+    refused subtask is recorded as before (part_attempts); a milestone naming a part that still
+    runs is not."""
+    cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
+    orch = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P1", "MILESTONE: Solve P1, P2", "ANSWER: P2"],
+                    ["S1 | perfect | - | Solve P1.", "S1 | perfect | - | Solve P1.", "S1 | perfect | - | Solve P2."])
+    ep = play(orch, cfg)
+    assert codes(ep) == ["futile_milestone", "part_attempts"]
+    assert ep.defects[0].detail == "names only spent or unknown parts: P1"
+    assert [len(m.plan.subtasks) for m in ep.milestones] == [1, 0, 1]
+
+
 def test_a_subtask_that_also_names_a_fresh_part_runs() -> None:
     cfg = EngineConfig(max_milestones=4, max_plan_subtasks=4, max_total_subtasks=10, max_part_attempts=1)
     orch = Scripted(["MILESTONE: Solve P1", "MILESTONE: Solve P2", "ANSWER: P2"],
@@ -301,4 +314,4 @@ def test_slot_lines_solve_the_milestones_parts_and_count_toward_the_retry_limit(
     # slots follow the task's order (P1, P2), not the milestone's; S3 has no slot
     assert [(s.instruction, s.deps) for s in first.plan.subtasks] == [("Solve P1.", ()), ("Solve P2.", ("S1",))]
     assert second.plan.subtasks == ()  # P2's one attempt is spent
-    assert codes(ep) == ["no_slot", "part_attempts"]
+    assert codes(ep) == ["no_slot", "futile_milestone", "part_attempts"]

@@ -9,6 +9,7 @@ from conftest import REPO
 
 from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import Observation
+from e3orch.orchestration.reading import futile_parts
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator, futile_milestone
@@ -38,6 +39,10 @@ def test_futile_only_when_no_named_part_would_run() -> None:
     assert not futile_milestone(spent, "MILESTONE: Finish")        # no part named: the parser's business
     assert not futile_milestone(spent, "garbage")
     assert not futile_milestone(_obs(3, limit=0), "MILESTONE: Solve P1")  # no attempt limit
+    # the parts the engine's futile_milestone defect names
+    assert futile_parts("Solve P1, P7", QUESTION, spent.history, 3) == ["P1", "P7"]
+    assert futile_parts("Solve P1, P2", QUESTION, spent.history, 3) == []
+    assert futile_parts("Solve P1", "A task without numbered parts.", spent.history, 3) == []
 
 
 class Scripted(PolicyBackend):
