@@ -209,7 +209,8 @@ class TrainConfig(_Section):
     validate_pools: list[Literal["training", "randomized"]] = Field(
         ["training", "randomized"], min_length=1,
         description="pools each validation task runs on: the training pool as it is (training) and/or the task's own "
-                    "random pool, drawn as in the rollouts (randomized); select: efficient must hold on each")
+                    "random pool, drawn as rollouts draw them with rollout.randomize_pool (randomized); select: efficient "
+                    "must hold on each")
     select: Literal["last", "best", "efficient"] = Field(
         "best", description="the policy written: the last round's; the one most accurate on the validation split (best); "
                             "or the one with the highest validation accuracy/cost among those at most select_tolerance "

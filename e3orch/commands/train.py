@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     def val_text(v: dict[str, Any]) -> str:
         text = f"val acc {v['val_accuracy']:.3f} cost {v['val_cost']:.3f}"
-        pools = v.get("val_pools") or v.get("pools") or {}
+        pools = v.get("val_pools") or {}
         if len(pools) > 1:
             text += " (" + ", ".join(f"{k} {f['accuracy']:.3f} / {f['cost']:.3f}" for k, f in pools.items()) + ")"
         return text

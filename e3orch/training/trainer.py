@@ -83,7 +83,7 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     """The validation entry (``{"round", "val_accuracy", "val_cost"}``, round 0 = the warm start
     first) a run writes. ``efficient``: of the entries at most ``tolerance`` less accurate than the
     warm start (it is always one of them), the highest accuracy per cost. When the entries carry
-    per-pool figures (``"pools": {kind: {"accuracy", "cost"}}``, ``train.validate_pools``) the
+    per-pool figures (``"val_pools": {kind: {"accuracy", "cost"}}``, ``train.validate_pools``) the
     tolerance holds on every pool, and a round's score is its smallest gain in accuracy per cost
     over the warm start's on any pool: it must be more efficient everywhere to count as more
     efficient. Otherwise (``best``) the most accurate; of equally accurate ones the cheaper. Full
@@ -93,7 +93,7 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     if select == "efficient":
         first = validation[0]
         def figures(v: dict[str, Any]) -> dict[str, dict[str, float]]:
-            return v["pools"] if first.get("pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
+            return v["val_pools"] if first.get("val_pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
 
         def ie(f: dict[str, float]) -> float:
             return f["accuracy"] / f["cost"] if f["cost"] > 0 else float("inf")
@@ -242,11 +242,12 @@ class RLTrainer:
     def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:
         """The current weights, decoding as in evaluation, on the validation tasks, once per pool
         kind of ``train.validate_pools``: ``training`` gives every task the training pool as it
-        is (the pool the default evaluation uses), ``randomized`` each task its own random pool
-        drawn as in the rollouts (new names, members, prices; a share freshly generated). Each
+        is (the pool the default evaluation uses), ``randomized`` each task its own random pool,
+        drawn as rollouts draw them with ``rollout.randomize_pool`` (new names, members, prices; a
+        share ``rollout.generated_pool_share`` freshly generated). Each
         task always gets the same pool and the same execution seed, so rounds are compared on
         equal terms. Each process runs its share. Returns ``{"val_accuracy", "val_cost"}`` over
-        all episodes and ``"pools": {kind: {"accuracy", "cost"}}``."""
+        all episodes and ``"val_pools": {kind: {"accuracy", "cost"}}``."""
         import asyncio
 
         from accelerate.utils import gather_object
@@ -286,7 +287,7 @@ class RLTrainer:
 
         pooled = figures(runs)
         return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
-                "pools": {k: figures([r for r in runs if r[0] == k]) for k in self.cfg.validate_pools}}
+                "val_pools": {k: figures([r for r in runs if r[0] == k]) for k in self.cfg.validate_pools}}
 
     def consider(self, figures: dict[str, Any]) -> bool:
         """Record the current weights' validation figures (:meth:`validate`); unless
@@ -472,7 +473,7 @@ def train_rl(
             m = trainer.run_round(train_tasks, specs)
         if cfg.validate_rounds:
             figures = trainer.validate(val_tasks, specs)
-            m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["pools"]
+            m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
             trainer.consider(figures)
         trainer.save_checkpoint()
         history.append(m)

@@ -99,11 +99,11 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None
     seen = info["validation"]
     assert [v["round"] for v in seen] == [0, 1, 2]
     assert [(r["val_accuracy"], r["val_cost"]) for r in rounds] == [(v["val_accuracy"], v["val_cost"]) for v in seen[1:]]
-    assert [r["val_pools"] for r in rounds] == [v["pools"] for v in seen[1:]]
+    assert [r["val_pools"] for r in rounds] == [v["val_pools"] for v in seen[1:]]
     for v in seen:
-        assert list(v["pools"]) == ["training", "randomized"]
+        assert list(v["val_pools"]) == ["training", "randomized"]
         for m in ("accuracy", "cost"):
-            assert v[f"val_{m}"] == pytest.approx((v["pools"]["training"][m] + v["pools"]["randomized"][m]) / 2)
+            assert v[f"val_{m}"] == pytest.approx((v["val_pools"]["training"][m] + v["val_pools"]["randomized"][m]) / 2)
     best = seen[0]
     for v in seen[1:]:
         if v["val_accuracy"] > best["val_accuracy"] or (v["val_accuracy"] == best["val_accuracy"] and v["val_cost"] < best["val_cost"]):

@@ -36,7 +36,7 @@ def test_efficient_keeps_the_warm_start_when_no_round_is_both_as_accurate_and_mo
 def _pools(rnd: int, training: tuple[float, float], randomized: tuple[float, float]) -> dict[str, object]:
     """A validation entry with per-pool figures (train.validate_pools); the pooled figures are the means."""
     return {"round": rnd, "val_accuracy": (training[0] + randomized[0]) / 2, "val_cost": (training[1] + randomized[1]) / 2,
-            "pools": {"training": {"accuracy": training[0], "cost": training[1]},
+            "val_pools": {"training": {"accuracy": training[0], "cost": training[1]},
                       "randomized": {"accuracy": randomized[0], "cost": randomized[1]}}}
 
 
@@ -54,7 +54,7 @@ def test_efficient_with_pools_takes_the_smallest_gain_over_pools_and_holds_accur
     assert select_round(POOLS, "efficient", 0.01)["round"] == 2  # type: ignore[index]
     assert select_round(POOLS, "efficient", 0.05)["round"] == 4  # type: ignore[index]
     # pooled figures alone would pick round 1 (0.253 against round 2's 0.250)
-    pooled = [{k: v for k, v in e.items() if k != "pools"} for e in POOLS]
+    pooled = [{k: v for k, v in e.items() if k != "val_pools"} for e in POOLS]
     assert select_round(pooled, "efficient", 0.01)["round"] == 1  # type: ignore[index]
     assert select_round([POOLS[0], POOLS[1]], "efficient")["round"] == 0  # type: ignore[index]
     assert select_round([POOLS[0], POOLS[1], POOLS[3]], "efficient")["round"] == 3  # type: ignore[index]
