@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
     specs = load_pool_specs(pool_path)
     rounds = []
+    warm_start_val: list[dict[str, Any]] = []  # the warm start's validation entry (round 0), when this run made it
     with stage_run("train", params) as tracker:
         with count_progress("RL rounds", params.train.rounds) as advance:
             def on_round(m):  # type: ignore[no-untyped-def]
@@ -48,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
                 advance(f"acc {m.accuracy:.2f} cost {m.cost:.2f} kl {m.kl:.3f}")
 
             out, history = train_rl(params, sim_tasks(params, "train"), specs, init_dir=args.init, out_dir=args.out,
-                                    resume=not args.no_resume, on_round=on_round, first_scored=args.scored,
+                                    resume=not args.no_resume, on_round=on_round,
+                                    on_validation=lambda v: warm_start_val.append(v) if v["round"] == 0 else None,
+                                    first_scored=args.scored,
                                     first_leaves=args.leaves, val_tasks=validation_tasks(params))
         if not is_main_process():  # one metrics file and one report per run (rollout figures: this process's share)
             return 0
@@ -70,10 +73,8 @@ def run(args: argparse.Namespace) -> int:
             text += " (" + ", ".join(f"{k} {f['accuracy']:.3f} / {f['cost']:.3f}" for k, f in pools.items()) + ")"
         return text
 
-    marker = Path(params.train.checkpoint_dir) / "round.json"
-    seen = json.loads(marker.read_text()).get("validation", []) if marker.exists() else []
-    if seen and seen[0]["round"] == 0:
-        console.print(f"  warm start (round 0): {val_text(seen[0])}", soft_wrap=True)
+    for v in warm_start_val:
+        console.print(f"  warm start (round 0): {val_text(v)}", soft_wrap=True)
     for m in rounds:
         val = f"  {val_text(m)}" if "val_accuracy" in m else ""
         console.print(f"  round {m['round']:>2}: leaf acc {m['accuracy']:.3f}  cost {m['cost']:.3f}  reward {m['reward']:.3f}  "

@@ -92,6 +92,7 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
         return None
     if select == "efficient":
         first = validation[0]
+
         def figures(v: dict[str, Any]) -> dict[str, dict[str, float]]:
             return v["val_pools"] if first.get("val_pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
 
@@ -446,6 +447,7 @@ def train_rl(
     out_dir: str | Path | None = None,
     resume: bool = True,
     on_round: Callable[[RoundMetrics], None] | None = None,
+    on_validation: Callable[[dict[str, Any]], None] | None = None,
     first_scored: str | Path | None = None,
     first_leaves: str | Path | None = None,
     val_tasks: Sequence[Task] = (),
@@ -455,7 +457,9 @@ def train_rl(
     ``first_scored``: scored decisions of the warm-start policy (the pipeline's rollout and score
     stages); they are round 1's data instead of a fresh rollout. With ``train.validate_rounds`` the warm
     start and every round run ``val_tasks``; with ``train.select: best`` the policy written is
-    the most accurate of them there (possibly the warm start itself: round 0).
+    the most accurate of them there (possibly the warm start itself: round 0). ``on_validation``
+    gets each validation entry this call makes (``{"round", "val_accuracy", "val_cost",
+    "val_pools"}``, the warm start's first unless a resumed run already had it).
     """
     cfg = params.train
     if cfg.validate_rounds and not val_tasks:
@@ -463,8 +467,15 @@ def train_rl(
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
     if resume:
         trainer.resume()
+    def validate() -> dict[str, Any]:
+        figures = trainer.validate(val_tasks, specs)
+        trainer.consider(figures)
+        if on_validation:
+            on_validation(trainer.validation[-1])
+        return figures
+
     if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
-        trainer.consider(trainer.validate(val_tasks, specs))
+        validate()
     history: list[RoundMetrics] = []
     while trainer.round < cfg.rounds:
         if trainer.round == 0 and first_scored is not None:
@@ -472,9 +483,8 @@ def train_rl(
         else:
             m = trainer.run_round(train_tasks, specs)
         if cfg.validate_rounds:
-            figures = trainer.validate(val_tasks, specs)
+            figures = validate()
             m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
-            trainer.consider(figures)
         trainer.save_checkpoint()
         history.append(m)
         if on_round:

@@ -82,7 +82,7 @@ def test_train_resumes_from_its_checkpoint(pipeline: Path) -> None:
     assert [r["round"] for r in json.loads(out.read_text())] == [3]
 
 
-def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None:
+def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With validate_rounds the warm start (round 0) and every round run the validation split, here
     on the training pool as it is and on randomised pools, as many tasks each; with select: best the
     policy written is the most accurate over both (ties: the cheaper), whatever its round."""
@@ -97,6 +97,10 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path) -> None
     rounds = json.loads(out.read_text())
     info = json.loads((root / "ckpt/round.json").read_text())
     seen = info["validation"]
+    w = seen[0]["val_pools"]
+    assert (f"warm start (round 0): val acc {seen[0]['val_accuracy']:.3f} cost {seen[0]['val_cost']:.3f} "
+            f"(training {w['training']['accuracy']:.3f} / {w['training']['cost']:.3f}, "
+            f"randomized {w['randomized']['accuracy']:.3f} / {w['randomized']['cost']:.3f})") in capsys.readouterr().out
     assert [v["round"] for v in seen] == [0, 1, 2]
     assert [(r["val_accuracy"], r["val_cost"]) for r in rounds] == [(v["val_accuracy"], v["val_cost"]) for v in seen[1:]]
     assert [r["val_pools"] for r in rounds] == [v["val_pools"] for v in seen[1:]]
