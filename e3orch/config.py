@@ -205,6 +205,9 @@ class TrainConfig(_Section):
         8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
+    skip_zero_advantage: bool = Field(
+        False, description="leave decisions whose advantage is exactly 0 out of the update (their policy-gradient term "
+                            "is 0; only their KL term goes); each tree's kept decisions share its weight")
     validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
     validate_pools: list[Literal["training", "randomized"]] = Field(
         ["training", "randomized"], min_length=1,

@@ -111,11 +111,16 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
-def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int) -> list[Example]:
+def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
+                         skip_zero_advantage: bool = False) -> list[Example]:
     """Decisions → training examples (completion ids and old log-probs as sampled).
 
     Weights make every tree count equally: each decision gets 1 / (decisions in its tree).
+    ``skip_zero_advantage`` leaves out decisions whose advantage is exactly 0 (a tree with none
+    left drops out); the weights count the decisions kept.
     """
+    if skip_zero_advantage:
+        scored = scored.filter(pl.col("advantage") != 0.0)
     per_tree = scored.group_by("tree_id").len()
     n_in_tree = dict(zip(per_tree["tree_id"].to_list(), per_tree["len"].to_list()))
     out = []
@@ -392,7 +397,8 @@ class RLTrainer:
                       rollout: RolloutResult | None = None, t_score: float = 0.0) -> RoundMetrics:
         """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
-        up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len))
+        up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len,
+                                              skip_zero_advantage=self.cfg.skip_zero_advantage))
         t_update = time.perf_counter() - t
         t_sync = self.sync_weights()
         self.round += 1
