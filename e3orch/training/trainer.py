@@ -465,7 +465,8 @@ def train_rl(
     start and every round run ``val_tasks``; with ``train.select: best`` the policy written is
     the most accurate of them there (possibly the warm start itself: round 0). ``on_validation``
     gets each validation entry this call makes (``{"round", "val_accuracy", "val_cost",
-    "val_pools"}``, the warm start's first unless a resumed run already had it).
+    "val_pools"}``, the warm start's first); a resumed run passes the warm start's entry from its
+    checkpoint instead of validating it again.
     """
     cfg = params.train
     if cfg.validate_rounds and not val_tasks:
@@ -482,6 +483,8 @@ def train_rl(
 
     if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
         validate()
+    elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
+        on_validation(trainer.validation[0])
     history: list[RoundMetrics] = []
     while trainer.round < cfg.rounds:
         if trainer.round == 0 and first_scored is not None:

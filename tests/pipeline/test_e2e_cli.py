@@ -98,9 +98,10 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
     info = json.loads((root / "ckpt/round.json").read_text())
     seen = info["validation"]
     w = seen[0]["val_pools"]
-    assert (f"warm start (round 0): val acc {seen[0]['val_accuracy']:.3f} cost {seen[0]['val_cost']:.3f} "
-            f"(training {w['training']['accuracy']:.3f} / {w['training']['cost']:.3f}, "
-            f"randomized {w['randomized']['accuracy']:.3f} / {w['randomized']['cost']:.3f})") in capsys.readouterr().out
+    warm_line = (f"warm start (round 0): val acc {seen[0]['val_accuracy']:.3f} cost {seen[0]['val_cost']:.3f} "
+                 f"(training {w['training']['accuracy']:.3f} / {w['training']['cost']:.3f}, "
+                 f"randomized {w['randomized']['accuracy']:.3f} / {w['randomized']['cost']:.3f})")
+    assert warm_line in capsys.readouterr().out
     assert [v["round"] for v in seen] == [0, 1, 2]
     assert [(r["val_accuracy"], r["val_cost"]) for r in rounds] == [(v["val_accuracy"], v["val_cost"]) for v in seen[1:]]
     assert [r["val_pools"] for r in rounds] == [v["val_pools"] for v in seen[1:]]
@@ -120,6 +121,16 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
 
         a, b = load_file(root / "policy/model.safetensors"), load_file(pipeline / "models/warmstart/model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a)
+    # resumed with one more round: the warm start's line again, from the checkpoint, not re-validated
+    params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
+                               train={"rounds": 3, "validate_rounds": True, "select": "best",
+                                      "validate_pools": ["training", "randomized"],
+                                      "checkpoint_dir": str(root / "ckpt")})
+    assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"),
+                 "--out", str(root / "policy"), "--metrics", str(out)]) == 0
+    assert warm_line in capsys.readouterr().out
+    assert [r["round"] for r in json.loads(out.read_text())] == [3]
+    assert [v["round"] for v in json.loads((root / "ckpt/round.json").read_text())["validation"]] == [0, 1, 2, 3]
 
 
 def test_select_best_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
