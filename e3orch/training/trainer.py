@@ -100,12 +100,15 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
             return f["accuracy"] / f["cost"] if f["cost"] > 0 else float("inf")
 
         base = figures(first)
+        base_ie = {k: ie(f) for k, f in base.items()}
 
         def eligible(v: dict[str, Any]) -> bool:
-            return all(figures(v)[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
+            own = figures(v)
+            return all(own[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
 
         def score(v: dict[str, Any]) -> float:
-            return min(ie(figures(v)[k]) / ie(base[k]) if 0 < ie(base[k]) < float("inf") else ie(figures(v)[k]) for k in base)
+            own = figures(v)
+            return min(ie(own[k]) / base_ie[k] if 0 < base_ie[k] < float("inf") else ie(own[k]) for k in base)
 
         return max((v for v in validation if eligible(v)), key=score)
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
@@ -474,6 +477,7 @@ def train_rl(
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
     if resume:
         trainer.resume()
+
     def validate() -> dict[str, Any]:
         figures = trainer.validate(val_tasks, specs)
         trainer.consider(figures)
