@@ -109,6 +109,10 @@ class PolicyConfig(_Section):
         0, ge=0, description="a milestone naming no part the engine would still run (all spent or unknown) is "
         "re-drawn up to N times at resample_temperature (evaluation and validation; 0 = off)")
     resample_temperature: float = Field(1.0, gt=0, description="sampling temperature of those re-draws")
+    mask_futile: bool = Field(
+        False, description="a futile milestone (still futile after any re-draws) is replaced by the valid decision the "
+        "policy itself scores highest: answer the final part, solve one part that is not spent, or solve every ready part "
+        "(evaluation and validation)")
     model: PolicyModelConfig = PolicyModelConfig()
     tokenizer_tasks: int = Field(200, ge=10, description="train tasks whose demonstrations train the tokenizer")
 

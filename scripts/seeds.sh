@@ -4,7 +4,8 @@
 #   bash scripts/seeds.sh 3 4        # other seeds
 #   REUSE_WARMSTART=1 bash scripts/seeds.sh   # keep each seed's existing warm start (after changing
 #                                             # only RL or evaluation knobs): RL → evaluate only
-# Per seed N: params.yaml with warmstart.seed, rollout.seed and train.seed set to N (the task
+#   BASE=other.yaml bash scripts/seeds.sh     # start from another params file than params.yaml
+# Per seed N: params.yaml (or $BASE) with warmstart.seed, rollout.seed and train.seed set to N (the task
 # split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
 # RL → evaluate-all into runs/seed-N/ (its own models, checkpoints and reports). `prepare` runs
 # first if data/tasks is missing. The summary goes to runs/seeds.md and stdout.
@@ -17,12 +18,12 @@ export E3ORCH_TRACKING=${E3ORCH_TRACKING:-0}
 [ -f data/tasks/sim_train.parquet ] || "$E3" prepare
 for s in "${SEEDS[@]}"; do
   d=runs/seed-$s; mkdir -p "$d"
-  "$PY" - "$d" "$s" <<'PY'
+  "$PY" - "$d" "$s" "${BASE:-params.yaml}" <<'PY'
 import sys
 from pathlib import Path
 import yaml
-d, s = sys.argv[1], int(sys.argv[2])
-p = yaml.safe_load(Path("params.yaml").read_text())
+d, s, base = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+p = yaml.safe_load(Path(base).read_text())
 p["policy"]["init_dir"] = f"{d}/models/init"
 p["warmstart"].update(seed=s, out_dir=f"{d}/models/warmstart")
 p["rollout"].update(seed=s, out_dir=f"{d}/data/rollouts")

@@ -11,8 +11,12 @@ A *futile* milestone names only parts the engine would refuse (each has had its
 one tends to write it again — the state barely changes when a plan is refused — and loops until
 the milestone budget ends the episode without an answer. With ``policy.resample_futile: N`` such a
 milestone is re-drawn up to N times at ``policy.resample_temperature`` (invalid-action masking by
-rejection); the count is kept in :attr:`PolicyOrchestrator.resampled` and evaluation reports
-it per system as ``resampled_milestones`` in ``metrics.json``.
+rejection). With ``policy.mask_futile`` a milestone that is still futile is replaced by the valid
+decision the policy itself scores highest (:func:`valid_milestones`: answer the final part, solve
+one part that is not spent, or solve every ready part) — greedy decoding restricted to actions the
+engine would run, by scoring those few candidates rather than sampling. Both counts are kept in
+:attr:`PolicyOrchestrator.resampled` and evaluation reports them per system as
+``resampled_milestones`` in ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from typing import Any
 
 from e3orch.data.sim import stable_seed
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
-from e3orch.orchestration.protocol import parse_milestone
-from e3orch.orchestration.reading import futile_parts
+from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
+from e3orch.orchestration.reading import futile_parts, is_spent, parse_parts, part_status
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
@@ -40,6 +44,7 @@ class DecodeSettings:
     prompt_style: PromptStyle = "full"
     resample_futile: int = 0
     resample_temperature: float = 1.0
+    mask_futile: bool = False
 
     @classmethod
     def from_policy(cls, pc: Any, *, temperature: float, prompt_style: PromptStyle,
@@ -50,7 +55,7 @@ class DecodeSettings:
                    max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
                    max_prompt_tokens=pc.max_prompt_tokens, prompt_style=prompt_style,
                    resample_futile=pc.resample_futile if resample else 0,
-                   resample_temperature=pc.resample_temperature)
+                   resample_temperature=pc.resample_temperature, mask_futile=pc.mask_futile and resample)
 
 
 def futile_milestone(obs: Observation, completion: str) -> bool:
@@ -59,6 +64,24 @@ def futile_milestone(obs: Observation, completion: str) -> bool:
     unparseable text and milestones without part tags are not futile (the parser records those)."""
     decision = parse_milestone(completion)
     return decision.kind == "milestone" and bool(futile_parts(decision.text, obs.question, obs.history, obs.max_part_attempts))
+
+
+def valid_milestones(obs: Observation) -> list[str]:
+    """The milestone decisions the engine would act on in ``obs`` (compact tasks with numbered
+    parts): answer the final part, solve one part that is not spent, or solve every ready part —
+    not spent, without a value yet, its dependencies all with one — when there is more than one.
+    ``[]`` for a task without numbered parts."""
+    parts, sink = parse_parts(obs.question)
+    if not parts:
+        return []
+    status = part_status(obs.history, parts)
+    fresh = [p for p in parts if not is_spent(status[p.id].attempts, obs.max_part_attempts)]
+    ready = [p.id for p in fresh
+             if status[p.id].value is None and all(d in status and status[d].value is not None for d in p.deps)]
+    out = [render_answer(sink or parts[-1].id)] + [render_milestone(f"Solve {p.id}") for p in fresh]
+    if len(ready) > 1:
+        out.append(render_milestone("Solve " + ", ".join(ready[: obs.max_plan_subtasks])))
+    return out
 
 
 class MicroBatcher:
@@ -150,6 +173,12 @@ class PolicyOrchestrator(Orchestrator):
             self.resampled += 1
             gen = await self.batcher.generate(prompt, kind, self.settings.resample_temperature,
                                               row_seed=self._row_seed(obs.task_id))
+        if kind == "milestone" and self.settings.mask_futile and futile_milestone(obs, gen.text):
+            candidates = valid_milestones(obs)
+            if candidates:
+                self.resampled += 1
+                logps = await asyncio.to_thread(self.backend.score, [prompt] * len(candidates), candidates)
+                return max(zip(candidates, logps), key=lambda c: sum(c[1]))[0]
         return gen.text
 
     async def aclose(self) -> None:
