@@ -74,6 +74,11 @@ def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> di
     return status
 
 
+def deps_met(part: Part, status: dict[str, PartStatus]) -> bool:
+    """Whether every part ``part`` depends on has a value (the compact prompt's ``open``)."""
+    return all(d in status and status[d].value is not None for d in part.deps)
+
+
 def is_spent(attempts: int, limit: int) -> bool:
     """Whether a part with ``attempts`` subtasks has had the ``engine.max_part_attempts`` the
     engine allows (``limit`` 0 = no limit); the engine refuses a subtask whose named parts are all

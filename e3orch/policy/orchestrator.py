@@ -30,7 +30,7 @@ from typing import Any
 from e3orch.data.sim import stable_seed
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
-from e3orch.orchestration.reading import futile_parts, is_spent, parse_parts, part_status
+from e3orch.orchestration.reading import deps_met, futile_parts, is_spent, parse_parts, part_status
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
 from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
 
@@ -76,8 +76,7 @@ def valid_milestones(obs: Observation) -> list[str]:
         return []
     status = part_status(obs.history, parts)
     fresh = [p for p in parts if not is_spent(status[p.id].attempts, obs.max_part_attempts)]
-    ready = [p.id for p in fresh
-             if status[p.id].value is None and all(d in status and status[d].value is not None for d in p.deps)]
+    ready = [p.id for p in fresh if status[p.id].value is None and deps_met(p, status)]
     out = [render_answer(sink or parts[-1].id)] + [render_milestone(f"Solve {p.id}") for p in fresh]
     if len(ready) > 1:
         out.append(render_milestone("Solve " + ", ".join(ready[: obs.max_plan_subtasks])))

@@ -38,6 +38,7 @@ from e3orch.orchestration.reading import (
     Part,
     PartStatus,
     card_levels,
+    deps_met,
     is_spent,
     menus_for,
     parse_parts,
@@ -170,7 +171,7 @@ def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0) -> st
         state = f"{st.confidence:.2f}"
     elif st.attempts:
         state = "failed"
-    elif all(d in status and status[d].value is not None for d in part.deps):
+    elif deps_met(part, status):
         state = "open"
     else:
         state = "waits"
