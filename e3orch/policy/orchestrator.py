@@ -166,13 +166,17 @@ class PolicyOrchestrator(Orchestrator):
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         prompt = self.prompt(obs, kind)
         gen = await self.batcher.generate(prompt, kind, row_seed=self._row_seed(obs.task_id))
-        for _ in range(self.settings.resample_futile if kind == "milestone" else 0):
-            if not futile_milestone(obs, gen.text):
+        s = self.settings
+        if kind != "milestone" or not (s.resample_futile or s.mask_futile):
+            return gen.text
+        futile = futile_milestone(obs, gen.text)  # once per draw
+        for _ in range(s.resample_futile):
+            if not futile:
                 break
             self.resampled += 1
-            gen = await self.batcher.generate(prompt, kind, self.settings.resample_temperature,
-                                              row_seed=self._row_seed(obs.task_id))
-        if kind == "milestone" and self.settings.mask_futile and futile_milestone(obs, gen.text):
+            gen = await self.batcher.generate(prompt, kind, s.resample_temperature, row_seed=self._row_seed(obs.task_id))
+            futile = futile_milestone(obs, gen.text)
+        if futile and s.mask_futile:
             candidates = valid_milestones(obs)
             if candidates:
                 self.resampled += 1
