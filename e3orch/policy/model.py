@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -81,13 +82,20 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
         rope_theta=10000.0,
     )
     model = LlamaForCausalLM(config)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
     meta = {"kind": "e3orch-default-policy", "params": n_params, "vocab_size": len(tokenizer), "prompt": params.policy.prompt,
             "tokenizer_texts": len(texts), "seed": seed}
-    (out / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+    # Written next to ``out`` and moved in with config.json last: a reader that sees config.json
+    # (the "a policy is here" mark everywhere) finds the tokenizer and weights complete.
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "e3orch_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(tmp.iterdir(), key=lambda f: f.name == "config.json"):
+        f.replace(out / f.name)
+    tmp.rmdir()
     log.info("created default policy in %s (%d params)", out, n_params)
     return out
 

@@ -46,9 +46,11 @@ def warmstart(
     cfg = params.warmstart
     if params.policy.threads:
         torch.set_num_threads(params.policy.threads)
+    acc = accelerator or Accelerator(cpu=not torch.cuda.is_available() or params.policy.device == "cpu")
     init = Path(init_dir or params.policy.base_model or params.policy.init_dir)
-    if not params.policy.base_model and not (init / "config.json").exists():
-        create_default_policy(params, init, seed=cfg.seed)
+    with acc.main_process_first():  # one process builds the default policy; the others then load it
+        if not params.policy.base_model and not (init / "config.json").exists():
+            create_default_policy(params, init, seed=cfg.seed)
     rng = random.Random(stable_seed("warmstart", cfg.seed))
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
@@ -75,7 +77,6 @@ def warmstart(
     examples = encode(demos)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(str(init))
-    acc = accelerator or Accelerator(cpu=not torch.cuda.is_available() or params.policy.device == "cpu")
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
                       tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, pad_id=tokenizer.pad_token_id,
                       on_step=on_step)

@@ -22,6 +22,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return create_default_policy(params, root / "init")
 
 
+def test_default_policy_is_moved_in_whole_with_config_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # config.json marks "a policy is here" (warm start, the trainer): it is moved in after every other file
+    moved: list[str] = []
+    real_replace = Path.replace
+
+    def replace(self: Path, target: str | os.PathLike[str]) -> Path:
+        moved.append(self.name)
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    out = create_default_policy(load_params(write_tiny_params(tmp_path)), tmp_path / "init")
+    assert moved[-1] == "config.json" and {"model.safetensors", "tokenizer.json", "e3orch_policy.json"} <= set(moved)
+    assert sorted(f.name for f in out.iterdir()) == sorted(moved)
+    assert not (tmp_path / ".init.tmp").exists()
+
+
 def test_generation_logprobs_match_scoring_and_seed_repeats(tiny_model: Path) -> None:
     torch.set_num_threads(1)
     be = make_backend("transformers", str(tiny_model), device="cpu")
