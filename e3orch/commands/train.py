@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                     on_validation=lambda v: warm_start_val.append(v) if v["round"] == 0 else None,
                                     first_scored=args.scored,
                                     first_leaves=args.leaves, val_tasks=validation_tasks(params))
-        if not is_main_process():  # one metrics file and one report per run (rollout figures: this process's share)
+        if not is_main_process():  # one metrics file and one report per run (round figures are pooled over processes)
             return 0
         write_stage_json(args.metrics, rounds)
         tracker.log_artifact(args.metrics)

@@ -68,6 +68,7 @@ class RoundMetrics:
     completion_tokens_per_s: float = 0.0
     update_tokens_per_s: float = 0.0
     skipped_steps: int = 0           # optimizer steps skipped for a non-finite gradient
+    n_tasks: int = 0                 # task trees the round updated on (all processes)
     val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
     val_cost: float | None = None
     val_pools: dict[str, dict[str, float]] | None = None  # per train.validate_pools kind: {"accuracy", "cost"}
@@ -405,30 +406,63 @@ class RLTrainer:
         t_update = time.perf_counter() - t
         t_sync = self.sync_weights()
         self.round += 1
-        n_leaves = len(leaves) if leaves is not None else 0
         gen_s, exec_s = (rollout.generate_s, rollout.execute_s) if rollout else (0.0, 0.0)
-        gen_tokens = int(scored["token_ids"].list.len().sum() or 0)
-        total_time = gen_s + exec_s + t_score + t_update + t_sync
+        has_leaves = leaves is not None and len(leaves) > 0
+        # sums over this process's share of the round; pooled over every process below
+        f = self._pooled_figures({
+            "n_leaves": len(leaves) if leaves is not None else 0,
+            "correct": float(leaves["correct"].sum()) if has_leaves else 0.0,  # type: ignore[index]
+            "cost": float(leaves["cost"].sum()) if has_leaves else 0.0,  # type: ignore[index]
+            "n_decisions": len(scored),
+            "n_tasks": scored["tree_id"].n_unique(),
+            **{c: float(scored[c].sum() or 0.0) for c in ("reward", "performance", "cost_norm", "completeness")},
+            "defects": float(scored["defects"].list.len().sum() or 0.0),
+            "generated_tokens": int(scored["token_ids"].list.len().sum() or 0),
+            "update_tokens": up["tokens"],
+            **{k: up[k] for k in ("kl", "clip_frac", "ratio_mean", "pg_loss", "skipped_steps")},
+            "time_generate_s": gen_s, "time_execute_s": exec_s, "time_score_s": t_score,
+            "time_update_s": t_update, "time_sync_s": t_sync,
+            "calls_tree": rollout.calls_tree if rollout else 0, "calls_independent": rollout.calls_independent if rollout else 0,
+        })
+        n_leaves, n_dec = int(f["n_leaves"]), max(1, int(f["n_decisions"]))
+        total_time = sum(f[k] for k in ("time_generate_s", "time_execute_s", "time_score_s", "time_update_s", "time_sync_s"))
         return RoundMetrics(
             round=self.round,
-            accuracy=float(leaves["correct"].mean() or 0.0) if n_leaves else 0.0,  # type: ignore[index]
-            cost=float(leaves["cost"].mean() or 0.0) if n_leaves else 0.0,  # type: ignore[index]
-            reward=float(scored["reward"].mean() or 0.0),
-            performance=float(scored["performance"].mean() or 0.0),
-            cost_norm=float(scored["cost_norm"].mean() or 0.0),
-            completeness=float(scored["completeness"].mean() or 0.0),
-            defects_per_decision=float(scored["defects"].list.len().mean() or 0.0),
-            kl=up["kl"], clip_frac=up["clip_frac"], ratio_mean=up["ratio_mean"], pg_loss=up["pg_loss"],
-            n_decisions=len(scored), n_leaves=n_leaves,
-            sharing_ratio=rollout.sharing()["sharing_ratio"] if rollout else 0.0,
-            generated_tokens=gen_tokens, update_tokens=int(up["tokens"]),
-            time_generate_s=gen_s, time_execute_s=exec_s, time_score_s=t_score,
-            time_update_s=t_update, time_sync_s=t_sync,
+            accuracy=f["correct"] / n_leaves if n_leaves else 0.0,
+            cost=f["cost"] / n_leaves if n_leaves else 0.0,
+            reward=f["reward"] / n_dec,
+            performance=f["performance"] / n_dec,
+            cost_norm=f["cost_norm"] / n_dec,
+            completeness=f["completeness"] / n_dec,
+            defects_per_decision=f["defects"] / n_dec,
+            kl=f["kl"], clip_frac=f["clip_frac"], ratio_mean=f["ratio_mean"], pg_loss=f["pg_loss"],
+            n_decisions=int(f["n_decisions"]), n_leaves=n_leaves, n_tasks=int(f["n_tasks"]),
+            sharing_ratio=(f["calls_tree"] / f["calls_independent"] if f["calls_independent"] else 1.0) if rollout else 0.0,
+            generated_tokens=int(f["generated_tokens"]), update_tokens=int(f["update_tokens"]),
+            time_generate_s=f["time_generate_s"], time_execute_s=f["time_execute_s"], time_score_s=f["time_score_s"],
+            time_update_s=f["time_update_s"], time_sync_s=f["time_sync_s"],
             # only a round that generated its own completions has an end-to-end generation rate
-            completion_tokens_per_s=gen_tokens / total_time if rollout and total_time > 0 else 0.0,
-            update_tokens_per_s=up["tokens"] / t_update if t_update > 0 else 0.0,
-            skipped_steps=int(up["skipped_steps"]),
+            completion_tokens_per_s=f["generated_tokens"] / total_time if rollout and total_time > 0 else 0.0,
+            update_tokens_per_s=f["update_tokens"] / f["time_update_s"] if f["time_update_s"] > 0 else 0.0,
+            skipped_steps=int(f["skipped_steps"]),
         )
+
+    def _pooled_figures(self, local: dict[str, float]) -> dict[str, float]:
+        """A round's figures over every process: counts and sums add up, phase times are the
+        slowest process's (the round waits for it), and the update's statistics (KL, clip
+        fraction, ...; the same optimizer steps on every process) are averaged. One process: ``local``."""
+        if self.acc.num_processes == 1:
+            return local
+        from accelerate.utils import gather_object
+
+        parts = gather_object([local])
+        out = {k: sum(p[k] for p in parts) for k in local}
+        for k in local:
+            if k.startswith("time_") or k == "skipped_steps":
+                out[k] = max(p[k] for p in parts)
+            elif k in ("kl", "clip_frac", "ratio_mean", "pg_loss"):
+                out[k] = out[k] / len(parts)
+        return out
 
     def save_policy(self, out_dir: str | Path, name: str = "e3orch", **meta: Any) -> Path:
         out = Path(out_dir)

@@ -43,6 +43,9 @@ def test_stage_outputs_exist_and_validate(pipeline: Path) -> None:
     rounds = json.loads((pipeline / "reports/train_rounds.json").read_text())
     assert [r["round"] for r in rounds] == [1, 2]
     assert rounds[1]["n_decisions"] > 0 and rounds[1]["time_generate_s"] > 0
+    # round 1 is the score stage's rollout, round 2 the trainer's own: each covers tasks_per_round trees
+    assert [r["n_tasks"] for r in rounds] == [2, 2]
+    assert rounds[0]["n_decisions"] == scored.height
 
 
 def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:

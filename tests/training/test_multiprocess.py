@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO, write_tiny_params
 
 from e3orch.cli import main
+from e3orch.config import load_params
 
 
 @pytest.mark.slow
@@ -46,7 +47,8 @@ def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
     exp = client.get_experiment_by_name("e3orch")
     train_runs = client.search_runs([exp.experiment_id], filter_string="tags.`e3orch.stage` = 'train'")
     assert len(train_runs) == 1 and train_runs[0].info.status == "FINISHED"
-    assert len(json.loads((tmp_path / "rounds.json").read_text())) == 1
+    (rnd,) = json.loads((tmp_path / "rounds.json").read_text())
+    assert rnd["n_tasks"] == load_params(params).rollout.tasks_per_round  # both processes' shares, not rank 0's
     sync = json.loads((tmp_path / "models/checkpoints/sync.json").read_text())
     assert sync["num_processes"] == 2
     a, b = sync["param_checksums"]
