@@ -116,6 +116,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     elif cfg.estimator == "branch":
         aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
     adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
+    if cfg.positive_only:
+        adv = [max(0.0, a) for a in adv]
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

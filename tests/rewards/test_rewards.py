@@ -129,6 +129,9 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     assert rows["p2"]["advantage"] == pytest.approx(-(r1 - r2) / 2)
     assert rows["m"]["advantage"] == 0.0
     assert rows["m"]["n_leaves"] == 2
+    # positive_only: the better sibling keeps its credit, the worse one's becomes 0
+    pos = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"positive_only": True}))
+    assert dict(zip(pos["node_id"], pos["advantage"])) == pytest.approx({"m": 0.0, "p1": (r1 - r2) / 2, "p2": 0.0})
 
 
 def _two_leaf_tree(correct_b: bool, cost_b: float, defect_p2: bool) -> tuple[list[DecisionNode], list[Leaf]]:
