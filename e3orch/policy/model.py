@@ -87,7 +87,8 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
             "tokenizer_texts": len(texts), "seed": seed}
     # Written next to ``out`` and moved in with config.json last: a reader that sees config.json
     # (the "a policy is here" mark everywhere) finds the tokenizer and weights complete.
-    tmp = out.resolve().with_name(f".{out.resolve().name}.tmp")
+    dest = out.resolve()  # out may be "."
+    tmp = dest.with_name(f".{dest.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

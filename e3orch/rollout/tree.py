@@ -86,7 +86,12 @@ class RolloutResult:
         n = max(1, len(self.leaves))
         tree, indep = self.calls_tree / n, self.calls_independent / n
         return {"calls_per_leaf_tree": tree, "calls_per_leaf_independent": indep,
-                "sharing_ratio": tree / indep if indep else 1.0}
+                "sharing_ratio": sharing_ratio(self.calls_tree, self.calls_independent)}
+
+
+def sharing_ratio(calls_tree: float, calls_independent: float) -> float:
+    """Executor calls a tree rollout ran over those its leaves would need as independent rollouts."""
+    return calls_tree / calls_independent if calls_independent else 1.0
 
 
 class TreeRollout:

@@ -33,7 +33,7 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
 from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame
-from e3orch.rollout.tree import RolloutResult, TreeRollout
+from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
 from e3orch.training.data import Example, collate, completion_logprobs, make_batches
 from e3orch.training.optim import finite_step
 from e3orch.training.rl import clipped_pg_loss
@@ -425,7 +425,7 @@ class RLTrainer:
             "calls_tree": rollout.calls_tree if rollout else 0, "calls_independent": rollout.calls_independent if rollout else 0,
         })
         n_leaves, n_dec = int(f["n_leaves"]), max(1, int(f["n_decisions"]))
-        total_time = sum(f[k] for k in ("time_generate_s", "time_execute_s", "time_score_s", "time_update_s", "time_sync_s"))
+        total_time = sum(v for k, v in f.items() if k.startswith("time_"))
         return RoundMetrics(
             round=self.round,
             accuracy=f["correct"] / n_leaves if n_leaves else 0.0,
@@ -437,7 +437,7 @@ class RLTrainer:
             defects_per_decision=f["defects"] / n_dec,
             kl=f["kl"], clip_frac=f["clip_frac"], ratio_mean=f["ratio_mean"], pg_loss=f["pg_loss"],
             n_decisions=int(f["n_decisions"]), n_leaves=n_leaves, n_tasks=int(f["n_tasks"]),
-            sharing_ratio=(f["calls_tree"] / f["calls_independent"] if f["calls_independent"] else 1.0) if rollout else 0.0,
+            sharing_ratio=sharing_ratio(f["calls_tree"], f["calls_independent"]) if rollout else 0.0,
             generated_tokens=int(f["generated_tokens"]), update_tokens=int(f["update_tokens"]),
             time_generate_s=f["time_generate_s"], time_execute_s=f["time_execute_s"], time_score_s=f["time_score_s"],
             time_update_s=f["time_update_s"], time_sync_s=f["time_sync_s"],
