@@ -173,6 +173,8 @@ class WarmstartConfig(_Section):
     epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
+    retry_oversample: int = Field(
+        1, ge=1, description="copies of each milestone decision after the first (retries and the move to the final part)")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")

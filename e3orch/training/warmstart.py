@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from e3orch.config import Params
+from e3orch.config import Params, WarmstartConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
@@ -25,6 +25,17 @@ from e3orch.training.sft import SFTStats, sft_train
 
 log = logging.getLogger(__name__)
 
+
+def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
+    """How many times a demonstration enters the SFT set. An episode has one answer decision and
+    many milestone/plan decisions; without oversampling the policy learns to keep planning and
+    never stops (``answer_oversample``). Milestones after the first — which parts to retry, when
+    to move to the final part — are the decisions the policy fits worst (``retry_oversample``)."""
+    if demo.completion.startswith("ANSWER:"):
+        return cfg.answer_oversample
+    if demo.kind == "milestone" and demo.obs is not None and demo.obs.history:
+        return cfg.retry_oversample
+    return 1
 
 def warmstart(
     params: Params,
@@ -68,10 +79,7 @@ def warmstart(
             e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), d.completion, cfg.max_seq_len)
             if e is None:
                 continue
-            # An episode has one answer decision and many milestone/plan decisions; without
-            # oversampling the policy learns to keep planning and never stops.
-            copies = cfg.answer_oversample if d.completion.startswith("ANSWER:") else 1
-            out.extend([e] * copies)
+            out.extend([e] * demo_copies(d, cfg))
         return out
 
     examples = encode(demos)

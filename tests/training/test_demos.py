@@ -54,3 +54,23 @@ def test_without_an_actor_the_teacher_acts_and_everything_is_recorded() -> None:
     ep = asyncio.run(run_episode(task, rec, build_pool(specs), EngineConfig(), seed=1))
     assert len(rec.records) == 2 * len(ep.milestones) + 1
     assert rec.records[-1][0] == "milestone" and rec.records[-1][2].startswith("ANSWER: ")
+
+
+def test_demo_copies_oversample_answers_and_later_milestones() -> None:
+    from e3orch.config import WarmstartConfig
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.warmstart import demo_copies
+
+    task = generate_task(0, "research", 0, "train")
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    demos, _ = collect_demonstrations([task], specs, EngineConfig(), mix={"heuristic": 1.0}, style="compact")
+    cfg = WarmstartConfig(answer_oversample=4, retry_oversample=3)
+    by_kind = [(d.kind, d.completion.split(":")[0], bool(d.obs and d.obs.history), demo_copies(d, cfg)) for d in demos]
+    # first milestone once, every plan once, later milestones 3 times, the answer 4 times
+    assert by_kind[0] == ("milestone", "MILESTONE", False, 1)
+    assert by_kind[-1] == ("milestone", "ANSWER", True, 4)
+    assert {c for k, _, _, c in by_kind if k == "plan"} == {1}
+    later = [c for k, head, hist, c in by_kind if k == "milestone" and head == "MILESTONE" and hist]
+    assert later and set(later) == {3}
+    assert [demo_copies(d, WarmstartConfig()) for d in demos] == [4 if d.completion.startswith("ANSWER:") else 1
+                                                                 for d in demos]
