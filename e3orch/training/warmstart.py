@@ -37,6 +37,7 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
         return cfg.retry_oversample
     return 1
 
+
 def warmstart(
     params: Params,
     train_tasks: Sequence[Task],
