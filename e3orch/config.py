@@ -61,7 +61,7 @@ class EvaluateConfig(_Section):
     seed: int = 1234
     executors: str = "configs/executors/default.yaml"
     transfer_executors: str = "configs/executors/transfer.yaml"
-    baselines: tuple[str, ...] = ("heuristic", "upfront", "sequential", "random")
+    baselines: tuple[str, ...] = ("heuristic", "thrifty", "upfront", "sequential", "random")
     single_executors: bool = Field(True, description="also evaluate single:<executor> for every pool member")
     generated_pools: int = Field(3, ge=0, description="generated pools never seen in any form (e3orch/executors/generated.py); 0 = none")
     generated_seed: int = Field(0, ge=0, description="pool i is generate_pool(generated_seed + i)")
@@ -189,7 +189,7 @@ class WarmstartConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> WarmstartConfig:
-        known = {"heuristic", "explore", "sequential", "upfront", "random", "single"}
+        known = {"heuristic", "thrifty", "explore", "sequential", "upfront", "random", "single"}
         bad = set(self.teachers) - known
         if bad:
             raise ValueError(f"teachers: unknown teacher(s) {sorted(bad)}; known: {sorted(known)}")

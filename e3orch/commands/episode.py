@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", choices=("train", "eval"), default="eval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--orchestrator", default="heuristic",
-                   help="heuristic | upfront | sequential | random | single:<executor> | policy checkpoint dir")
+                   help="heuristic | thrifty | upfront | sequential | random | single:<executor> | policy checkpoint dir")
     p.add_argument("--executors", default=None, help="executor pool YAML (default: configs/executors/default.yaml)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
 

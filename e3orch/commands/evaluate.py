@@ -14,7 +14,7 @@ from e3orch.commands.common import add_params_arg, params_from, resolve_pool_pat
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_params_arg(p)
     p.add_argument("--orchestrator", action="append", default=None,
-                   help="system to evaluate (repeatable): heuristic | upfront | sequential | random | "
+                   help="system to evaluate (repeatable): heuristic | thrifty | upfront | sequential | random | "
                         "single:<executor> | all-single | policy checkpoint dir (default: all baselines)")
     p.add_argument("--env", choices=("sim", "live"), default="sim")
     p.add_argument("--benchmark", action="append", default=None, help="live benchmark(s)")

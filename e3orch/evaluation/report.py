@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from e3orch.orchestration.handwritten import HANDWRITTEN
+
 
 def render_table(systems: dict[str, dict[str, Any]], *, markdown: bool = False) -> str:
     """A fixed-width (or Markdown) table of accuracy, cost, IE, makespan, defects and episodes that
@@ -47,7 +49,7 @@ def plot_pareto(systems: dict[str, dict[str, Any]], path: Path, title: str) -> P
     fig, ax = plt.subplots(figsize=(7, 4.5))
     front = pareto_front(systems)
     for name, m in systems.items():
-        learned = not (name in ("heuristic", "upfront", "sequential", "random") or name.startswith("single:"))
+        learned = not (name in HANDWRITTEN or name.startswith("single:"))
         ax.scatter(m["cost"], m["accuracy"], s=60 if learned else 30, marker="*" if learned else "o",
                    color="tab:red" if learned else ("tab:blue" if name in front else "tab:gray"), zorder=3)
         ax.annotate(name, (m["cost"], m["accuracy"]), fontsize=7, xytext=(3, 3), textcoords="offset points")

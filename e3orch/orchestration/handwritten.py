@@ -10,6 +10,10 @@ the text protocol, so every decision goes through the same parser as a policy's.
   the cheapest executor whose card is good enough for its skill and difficulty; repair parts
   whose result failed or came back with low confidence using the strongest executor for that
   skill; answer when the final part is accepted.
+* ``thrifty`` — ``heuristic`` with the first attempt of every part, hard or not, on the cheapest
+  card that is good at its skill; a repair still goes to the strongest. Cheaper than ``heuristic``
+  and, on the sim's pools, at least as efficient (docs/benchmarks.md): the cost-aware bar a
+  learned policy must clear.
 * ``upfront`` — one milestone with the whole plan (deps wired), no adaptation.
 * ``sequential`` — like ``heuristic`` but one subtask per milestone (no parallelism).
 * ``random`` — random grouping of ready parts and random executors; no repair.
@@ -154,6 +158,15 @@ class ExploreOrchestrator(RuleOrchestrator):
         return rng.choice(ok) if ok else router.strongest(part.skill)
 
 
+class ThriftyOrchestrator(RuleOrchestrator):
+    """``heuristic`` that tries the cheapest good-enough card first at every difficulty."""
+
+    def route(self, router: Router, part: Part, attempts: int) -> str:
+        if attempts > 0:
+            return router.strongest(part.skill)
+        return router.cheapest_good_enough(part.skill, 0)
+
+
 class UpfrontOrchestrator(RuleOrchestrator):
     """One milestone, the whole dependency-wired plan, then the answer."""
 
@@ -196,17 +209,17 @@ class RandomOrchestrator(RuleOrchestrator):
         return random.Random(stable_seed(self.seed, part.id, part.text)).choice(router.cards).name
 
 
-HANDWRITTEN = ("heuristic", "upfront", "sequential", "random")
+HANDWRITTEN = ("heuristic", "thrifty", "upfront", "sequential", "random")
 
 
 def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orchestrator:
-    """``heuristic`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``."""
+    """``heuristic`` | ``thrifty`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``."""
     if name.startswith("single:"):
         executor = name.split(":", 1)[1]
         if executor not in pool_names:
             raise ValueError(f"single:{executor}: no executor {executor!r} in the pool; known: {', '.join(pool_names)}")
         return RuleOrchestrator(name, only=executor)
-    classes = {"heuristic": RuleOrchestrator, "upfront": UpfrontOrchestrator,
+    classes = {"heuristic": RuleOrchestrator, "thrifty": ThriftyOrchestrator, "upfront": UpfrontOrchestrator,
                "sequential": SequentialOrchestrator, "random": RandomOrchestrator, "explore": ExploreOrchestrator}
     if name not in classes:
         raise ValueError(

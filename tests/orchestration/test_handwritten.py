@@ -169,6 +169,27 @@ def test_heuristic_runs_ready_parts_in_parallel(tasks: list[Task], pool: Pool) -
         assert ep.budget_failure is None and not ep.defects
 
 
+def test_thrifty_tries_the_cheapest_good_card_first_and_repairs_with_the_strongest(tasks: list[Task], pool: Pool) -> None:
+    r = Router(tuple(pool.specs))
+    firsts_of_hard = repairs = 0
+    for t in [x for x in tasks if x.domain in ("factcheck", "research", "table")]:
+        ep = play("thrifty", t, pool)
+        parts = {p.id: p for p in parse_parts(t.question)[0]}
+        tried: set[str] = set()
+        for m in ep.milestones:
+            for sub in m.plan.subtasks:
+                part = parts[sub.instruction.removeprefix("Solve ").rstrip(".")]
+                want = r.strongest(part.skill) if part.id in tried else r.cheapest_good_enough(part.skill, 0)
+                assert sub.executor == want, (t.task_id, sub)
+                firsts_of_hard += part.difficulty == 2 and part.id not in tried
+                repairs += part.id in tried
+                tried.add(part.id)
+        assert ep.budget_failure is None and not ep.defects
+    assert firsts_of_hard and repairs
+    # a hard lookup: heuristic pays for the strong card at once, thrifty tries the good search first
+    assert (r.cheapest_good_enough("retrieve", 2), r.cheapest_good_enough("retrieve", 0)) == ("frontier-llm", "web-search")
+
+
 @pytest.mark.parametrize("executor", ["mid-llm", "calculator", "frontier-llm"])
 def test_single_uses_only_its_executor(tasks: list[Task], pool: Pool, executor: str) -> None:
     for t in one_per_domain(tasks, 2):
