@@ -127,6 +127,10 @@ class RuleOrchestrator(Orchestrator):
             return self.only
         if attempts > 0:
             return router.strongest(part.skill)
+        return self.first_attempt(router, part)
+
+    def first_attempt(self, router: Router, part: Part) -> str:
+        """The card a part's first subtask goes to: the cheapest good enough for its difficulty."""
         return router.cheapest_good_enough(part.skill, part.difficulty)
 
     def _freeform(self, obs: Observation, kind: DecisionType) -> str:
@@ -161,9 +165,7 @@ class ExploreOrchestrator(RuleOrchestrator):
 class ThriftyOrchestrator(RuleOrchestrator):
     """``heuristic`` that tries the cheapest good-enough card first at every difficulty."""
 
-    def route(self, router: Router, part: Part, attempts: int) -> str:
-        if attempts > 0:
-            return router.strongest(part.skill)
+    def first_attempt(self, router: Router, part: Part) -> str:
         return router.cheapest_good_enough(part.skill, 0)
 
 
