@@ -96,9 +96,9 @@ class PolicyConfig(_Section):
     dtype: str = Field("auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
-    prompt: Literal["compact", "full"] = Field(
+    prompt: Literal["compact", "factored", "full"] = Field(
         "compact", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
-        "full: cards, task text and history (for pretrained LLMs)")
+        "factored: compact, with a plan asked one slot at a time; full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)

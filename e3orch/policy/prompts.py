@@ -16,6 +16,14 @@
   ~1M-parameter policy learns to route from this in minutes; from the full prompt it does not
   learn within a CPU budget (docs/design.md).
   Tasks without numbered parts (live benchmarks) fall back to ``full``.
+* ``factored`` — ``compact``, with a plan asked one slot at a time (a factored action space):
+  each slot gets the one-slot plan prompt of its part (its line, renumbered ``S1``, and
+  ``### decide: plan for Solve P3``) and answers ``S1 | #4 | -``; the slots are generated side by
+  side and their answers put back together as ``Sk`` lines, with the dependencies the task's
+  parts state. Milestones are asked whole, as in ``compact``. Why: asked for a whole plan, a
+  ~1M-parameter policy routed every one-slot plan as its teacher would but only 65% of the
+  slots of wider plans, falling back to ``#1`` where the slot's own line asked for another
+  rank; asked slot by slot, it matched its teacher on every slot (docs/benchmarks.md).
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool
 the policy never saw is just another set of cards.
@@ -48,7 +56,7 @@ from e3orch.orchestration.reading import (
 )
 from e3orch.orchestration.types import MilestoneRecord
 
-PromptStyle = Literal["compact", "full"]
+PromptStyle = Literal["compact", "full", "factored"]
 
 MAX_OUTPUT_CHARS = 160
 
@@ -125,7 +133,7 @@ def render_prompt(
     style: PromptStyle = "full",
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
-    if style == "compact":
+    if style in ("compact", "factored"):
         compact = render_compact(obs, kind)
         if compact is not None:
             return compact
@@ -160,7 +168,7 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     meta = Path(str(path)) / "e3orch_policy.json" if path else None
     if meta is not None and meta.exists():
         style = json.loads(meta.read_text()).get("prompt")
-        if style in ("compact", "full"):
+        if style in ("compact", "full", "factored"):
             return style  # type: ignore[no-any-return]
     return default
 
@@ -183,6 +191,12 @@ def _attempts_note(n: int, limit: int) -> str:
     return (f" x{n}" if n else "") + (" spent" if is_spent(n, limit) else "")
 
 
+def _part_line(part: Part, status: dict[str, PartStatus], limit: int) -> str:
+    """``P6 reason normal <P1,P2: 0.59 x1``: the part, its skill, difficulty, dependencies and state."""
+    deps = f" <{','.join(part.deps)}" if part.deps else ""
+    return f"{part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}{deps}: {_part_state(part, status, limit)}"
+
+
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
@@ -191,24 +205,79 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     status = part_status(obs.history, parts)
     limit = obs.max_part_attempts
     if kind == "plan":
-        levels = [card_levels(c) for c in obs.cards]
-        menus = menus_for(parts, obs.cards, levels)
-        by_id = {p.id: p for p in parts}
-        lines: list[str] = []
-        for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone)):
-            options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
-                                 for k, i in enumerate(menus[p.id]))
-            lines.append(f"### S{len(lines) + 1} {p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
-                         f"{_attempts_note(status[p.id].attempts, limit)}: {options or '(no capable executor)'}")
+        lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status))]
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
     by_id = {p.id: p for p in parts}
-    head = ["### parts"]
-    for p in parts:
-        deps = f" <{','.join(p.deps)}" if p.deps else ""
-        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, status, limit)}")
+    head = ["### parts"] + [_part_line(p, status, limit) for p in parts]
     return "\n".join(head + [
         # the final part's state again, next to the decision that depends on it most (answer or not)
         f"### final: {sink}" + (f" {_part_state(by_id[sink], status, limit)}" if sink in by_id else ""),
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         "### decide: milestone",
     ]) + "\n"
+
+
+def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatus]) -> list[str]:
+    """Per plan slot: ``P3 retrieve hard x1: #1 good 0.03 | #2 strong 22`` (the part, its skill,
+    difficulty and attempts, and its menu: capable executors cheapest first, with level and price)."""
+    levels = [card_levels(c) for c in obs.cards]
+    menus = menus_for(parts, obs.cards, levels)
+    by_id = {p.id: p for p in parts}
+    lines = []
+    for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone)):
+        options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
+                             for k, i in enumerate(menus[p.id]))
+        lines.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
+                     f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: "
+                     f"{options or '(no capable executor)'}")
+    return lines
+
+
+def sub_prompts(obs: Observation, kind: DecisionType) -> list[str] | None:
+    """The ``factored`` style's questions for a decision (see the module docstring): one per plan
+    slot. None when the decision is asked whole: a milestone, a task without numbered parts, or
+    a plan whose milestone names none of them."""
+    parts, _ = parse_parts(obs.question)
+    if kind != "plan" or not parts:
+        return None
+    status = part_status(obs.history, parts)
+    return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
+            for line in _slot_lines(obs, parts, status)] or None
+
+
+def join_answers(obs: Observation, answers: list[str]) -> str:
+    """The plan made of the answers to :func:`sub_prompts`' questions: each slot's first line
+    renumbered ``Sk``, its executor (and instruction, if it wrote one) kept, and its dependencies
+    set to the other slots whose parts its part uses, as the task states them. An answer whose
+    first line is not a plan line stays as written, and the plan parser records it as a defect."""
+    parts, _ = parse_parts(obs.question)
+    by_id = {p.id: p for p in parts}
+    slots = plan_slots(parts, obs.pending_milestone)
+    lines = []
+    for k, (part, answer) in enumerate(zip(slots, answers)):
+        first = (answer.strip().splitlines() or [""])[0]
+        fields = [f.strip() for f in first.split("|", 3)]
+        if len(fields) < 2 or not re.fullmatch(r"S\d{1,2}", fields[0]):
+            lines.append(first)
+            continue
+        deps = [f"S{i + 1}" for i, other in enumerate(slots) if other in by_id[part].deps]
+        lines.append(" | ".join([f"S{k + 1}", fields[1], ",".join(deps) or "-", *fields[3:]]))
+    return "\n".join(lines)
+
+
+def split_decision(obs: Observation, taught: str) -> list[str] | None:
+    """The inverse of :func:`join_answers` for a taught plan: the answer each slot's question
+    should get (``S1 | #4 | -``). None when the plan is not one slot line (``S2 | #4 | -``) per
+    slot, in slot order: it cannot be taught slot by slot."""
+    parts, _ = parse_parts(obs.question)
+    slots = plan_slots(parts, obs.pending_milestone)
+    lines = [ln.strip() for ln in taught.strip().splitlines() if ln.strip()]
+    if not slots or len(lines) != len(slots):
+        return None
+    out = []
+    for k, line in enumerate(lines):
+        fields = [f.strip() for f in line.split("|", 3)]
+        if len(fields) != 3 or fields[0] != f"S{k + 1}":
+            return None
+        out.append(f"S1 | {fields[1]} | -")
+    return out

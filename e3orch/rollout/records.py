@@ -36,6 +36,10 @@ class DecisionNode:
     n_calls: int = 0        # executor calls this decision caused (plan nodes)
     cost: float = 0.0       # their cost
     leaves: list[str] = field(default_factory=list)
+    # ``policy.prompt: factored``: a plan asked one slot at a time. Each slot's prompt, and how
+    # many of ``token_ids``/``logprobs`` (the slots' answers, concatenated) are its answer.
+    sub_prompts: list[str] = field(default_factory=list)
+    sub_lengths: list[int] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +84,8 @@ NODE_SCHEMA = pa.DataFrameSchema(
         "n_calls": pa.Column(pl.Int64, pa.Check.ge(0)),
         "cost": pa.Column(pl.Float64, pa.Check.ge(0)),
         "leaves": pa.Column(pl.List(pl.Utf8)),
+        "sub_prompts": pa.Column(pl.List(pl.Utf8)),
+        "sub_lengths": pa.Column(pl.List(pl.Int64)),
     },
     strict=True,
     name="DecisionNodes",

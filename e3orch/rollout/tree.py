@@ -42,7 +42,7 @@ from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
-from e3orch.policy.prompts import PromptStyle, policy_prompt_style, render_prompt
+from e3orch.policy.prompts import PromptStyle, join_answers, policy_prompt_style, render_prompt, sub_prompts
 from e3orch.rollout.records import DecisionNode, Leaf
 
 
@@ -165,33 +165,42 @@ class TreeRollout:
                 for p in group:  # reserve leaves as we go: several paths of one tree may branch now
                     ks.append(self.branching(p, kind))
                     p.tree.paths += ks[-1] - 1
-                prompts = [render_prompt(p.state.observation(), kind, count_tokens=self.backend.count_tokens,
-                                         max_tokens=self.max_prompt_tokens, style=self.prompt_style) for p in group]
+                obs = [p.state.observation() for p in group]
+                prompts = [render_prompt(o, kind, count_tokens=self.backend.count_tokens,
+                                         max_tokens=self.max_prompt_tokens, style=self.prompt_style) for o in obs]
+                # what each decision generates from: its prompt, or (factored style) one question per plan slot
+                subs = [sub_prompts(o, kind) if self.prompt_style == "factored" else None for o in obs]  # type: ignore[arg-type]
+                asks = [[pr] if sp is None else sp for sp, pr in zip(subs, prompts)]
                 # greedy trunk: each path's first child decodes greedily, only the extra siblings sample
                 greedy = self.cfg.trunk == "greedy"
-                sampled = [pr for pr, k in zip(prompts, ks) for _ in range(k - 1 if greedy else k)]
-                trunk = prompts if greedy else []
-                gens: list[list[Generation]] = []
+                sampled = [q for a, k in zip(asks, ks) for _ in range(k - 1 if greedy else k) for q in a]
+                trunk = [q for a in asks for q in a] if greedy else []
+                gens: list[Generation] = []
                 for batch, temperature in ((trunk, 0.0), (sampled, self.temperature)):
                     if batch:
-                        gens += await asyncio.to_thread(
+                        gens += [g[0] for g in await asyncio.to_thread(
                             self.backend.generate, batch, n=1, temperature=temperature, top_p=self.top_p,
                             max_new_tokens=self.max_new_tokens[kind],
                             seed=stable_seed(seed, round_id, step, kind) % (2**31),
-                        )
+                        )]
                         result.generate_calls += 1
-                i = len(trunk)  # the sampled siblings follow the trunk's generations
-                for n, (path, prompt, k) in enumerate(zip(group, prompts, ks)):
+                t = 0  # the trunk's generations, then the sampled siblings'
+                i = len(trunk)
+                for path, o, prompt, sp, a, k in zip(group, obs, prompts, subs, asks, ks):
                     parent = path.node_path[-1] if path.node_path else ""
                     own = k - 1 if greedy else k
-                    samples: list[Generation] = ([gens[n][0]] if greedy else []) + [gens[i + j][0] for j in range(own)]
-                    i += own
-                    result.generated_tokens += sum(len(g.token_ids) for g in samples)
+                    runs = ([gens[t:t + len(a)]] if greedy else []) + [gens[i + j * len(a): i + (j + 1) * len(a)]
+                                                                       for j in range(own)]
+                    t += len(a) if greedy else 0
+                    i += own * len(a)
+                    samples = [(_combine(o, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
+                               for r in runs]
+                    result.generated_tokens += sum(len(g.token_ids) for g, _ in samples)
                     if self.cfg.distinct_siblings and k > 1:
                         samples = _distinct(samples)
                         path.tree.paths -= k - len(samples)  # give back the leaves a repeat reserved
                         k = len(samples)
-                    for j, g in enumerate(samples):
+                    for j, (g, lengths) in enumerate(samples):
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
                             list(path.node_path), path.calls)
@@ -200,7 +209,7 @@ class TreeRollout:
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,
                             kind=kind, depth=len(path.node_path), sibling_index=j, n_siblings=k, prompt=prompt,
                             completion=g.text, token_ids=list(g.token_ids), logprobs=[float(x) for x in g.logprobs],
-                            finished=g.finished, defects=[],
+                            finished=g.finished, defects=[], sub_prompts=list(sp or []), sub_lengths=lengths,
                         )
                         path.tree.nodes += 1
                         child.node_path.append(node.node_id)
@@ -249,12 +258,22 @@ class TreeRollout:
         )
 
 
-def _distinct(samples: list[Generation]) -> list[Generation]:
+def _combine(obs: Any, questions: list[str] | None, gens: list[Generation]) -> Generation:
+    """One decision's generation: ``gens[0]``, or (factored) the plan joined from its slots'
+    answers, their tokens and log-probs concatenated in slot order."""
+    if questions is None:
+        return gens[0]
+    return Generation(join_answers(obs, [g.text for g in gens]), [x for g in gens for x in g.token_ids],
+                      [x for g in gens for x in g.logprobs], sum(g.prompt_tokens for g in gens),
+                      all(g.finished for g in gens))
+
+
+def _distinct(samples: list[tuple[Generation, list[int]]]) -> list[tuple[Generation, list[int]]]:
     """The samples whose completion no earlier sample already made, in order (the first is kept)."""
     seen: set[str] = set()
     out = []
-    for g in samples:
+    for g, lengths in samples:
         if g.text not in seen:
             seen.add(g.text)
-            out.append(g)
+            out.append((g, lengths))
     return out

@@ -28,7 +28,7 @@ from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_line
 from e3orch.orchestration.reading import menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
-from e3orch.policy.prompts import PromptStyle, render_prompt
+from e3orch.policy.prompts import PromptStyle, render_prompt, split_decision, sub_prompts
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
                                       "random": 0.05, "single": 0.05}
@@ -49,7 +49,7 @@ class Demo:
     def budgeted_prompt(self, count_tokens: Callable[[str], int], max_tokens: int) -> str:
         """The prompt with the history trimming the policy meets at inference (oldest milestones
         dropped first until it fits ``max_tokens``)."""
-        if self.obs is None:
+        if self.obs is None or self.style != "full":  # only full prompts carry a history to trim
             return self.prompt
         return render_prompt(self.obs, self.kind, count_tokens=count_tokens, max_tokens=max_tokens,  # type: ignore[arg-type]
                              style=self.style)
@@ -81,7 +81,7 @@ class Recorder(Orchestrator):
         taught = text
         if self.handles and kind == "plan":
             names = [c.name for c in obs.cards]
-            if self.style == "compact":
+            if self.style in ("compact", "factored"):
                 parts = parse_parts(obs.question)[0]
                 taught = to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
                                        plan_slots(parts, obs.pending_milestone))
@@ -95,6 +95,17 @@ class Recorder(Orchestrator):
             self.records.append((kind, obs, taught))
             self.agreed += acted.strip() == taught.strip()
         return acted
+
+
+def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: PromptStyle) -> list[tuple[str, str]]:
+    """The (prompt, completion) pairs one taught decision becomes: one, or with the ``factored``
+    style one per plan slot (none for a plan that cannot be taught slot by slot)."""
+    if style == "factored":
+        questions = sub_prompts(obs, kind)
+        if questions is not None:
+            answers = split_decision(obs, taught)
+            return list(zip(questions, answers)) if answers is not None else []
+    return [(render_prompt(obs, kind, style=style), taught)]
 
 
 def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]) -> str:
@@ -114,8 +125,8 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
         teacher = pick_teacher(rng, pool.names, mix)
         rec = Recorder(make_handwritten(teacher, pool.names, seed=seed), style=style, actor=actor)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
-        demos = [Demo(task.task_id, teacher, k, render_prompt(o, k, style=style), c,  # type: ignore[arg-type]
-                      obs=o, correct=ep.correct, cost=ep.cost, style=style) for k, o, c in rec.records]
+        demos = [Demo(task.task_id, teacher, k, prompt, c, obs=o, correct=ep.correct, cost=ep.cost, style=style)
+                 for k, o, taught in rec.records for prompt, c in _taught_pairs(k, o, taught, style)]
         return demos, ep, rec.agreed
 
     # in task order, not in the order episodes happen to finish (the training data's order)

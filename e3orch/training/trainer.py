@@ -119,25 +119,33 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
                          skip_zero_advantage: bool = False) -> list[Example]:
     """Decisions → training examples (completion ids and old log-probs as sampled).
 
-    Weights make every tree count equally: each decision gets 1 / (decisions in its tree).
-    ``skip_zero_advantage`` leaves out decisions whose advantage is exactly 0 (a tree with none
-    left drops out); the weights count the decisions kept.
+    A plan asked one slot at a time (``policy.prompt: factored``) becomes one example per slot,
+    each with the decision's advantage. Weights make every tree count equally: each example gets
+    1 / (examples in its tree). ``skip_zero_advantage`` leaves out decisions whose advantage is
+    exactly 0 (a tree with none left drops out); the weights count the examples kept.
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
-    per_tree = scored.group_by("tree_id").len()
-    n_in_tree = dict(zip(per_tree["tree_id"].to_list(), per_tree["len"].to_list()))
+    per_tree = (scored.with_columns(units=pl.max_horizontal(pl.col("sub_lengths").list.len(), pl.lit(1)))
+                .group_by("tree_id").agg(pl.col("units").sum()))
+    n_in_tree = dict(zip(per_tree["tree_id"].to_list(), per_tree["units"].to_list()))
     out = []
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     for row in scored.iter_rows(named=True):
         if not row["token_ids"]:
             continue
-        p = bos + tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
-        c = list(row["token_ids"])
-        if len(c) >= max_len:
-            continue
-        p = p[max(0, len(p) + len(c) - max_len):]
-        out.append(Example(p, c, float(row["advantage"]), list(row["logprobs"]), 1.0 / n_in_tree[row["tree_id"]], row["tree_id"]))
+        # a plan asked one slot at a time (policy.prompt: factored) trains as its slots' answers, each
+        # with the decision's advantage: what was sampled, from the prompt it was sampled from
+        prompts, lengths = row.get("sub_prompts") or [row["prompt"]], row.get("sub_lengths") or [len(row["token_ids"])]
+        start = 0
+        for prompt, n in zip(prompts, lengths):
+            c, lp = list(row["token_ids"][start:start + n]), list(row["logprobs"][start:start + n])
+            start += n
+            if not c or len(c) >= max_len:
+                continue
+            p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            p = p[max(0, len(p) + len(c) - max_len):]
+            out.append(Example(p, c, float(row["advantage"]), lp, 1.0 / n_in_tree[row["tree_id"]], row["tree_id"]))
     return out
 
 

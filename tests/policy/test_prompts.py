@@ -7,7 +7,7 @@ from pathlib import Path
 from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import Observation
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
-from e3orch.policy.prompts import render_prompt
+from e3orch.policy.prompts import join_answers, render_prompt, split_decision, sub_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = tuple(load_pool_specs(REPO / "configs" / "executors" / "default.yaml"))
@@ -52,6 +52,42 @@ def test_compact_plan_prompt_lists_each_parts_menu() -> None:
     )
 
 
+def test_factored_style_asks_each_slot_as_a_one_slot_plan() -> None:
+    obs = _obs(HISTORY, "Solve P2, P3")
+    assert render_prompt(obs, "plan", style="factored") == render_prompt(obs, "plan", style="compact")
+    assert sub_prompts(obs, "plan") == [
+        "### S1 P2 retrieve easy x1: #1 good 0.03 | #2 fair 0.7 | #3 good 3.5 | #4 strong 22\n"
+        "### decide: plan for Solve P2\n",
+        "### S1 P3 reason normal: #1 good 3.5 | #2 strong 11 | #3 strong 22\n"
+        "### decide: plan for Solve P3\n",
+    ]
+    # ... and each is exactly the compact prompt of a plan for that part alone
+    assert sub_prompts(obs, "plan")[1] == render_prompt(_obs(HISTORY, "Solve P3"), "plan", style="compact")
+    assert sub_prompts(_obs((), None, question="What is 2 + 2?"), "plan") is None  # asked whole
+    assert sub_prompts(_obs((), "Finish up"), "plan") is None
+    assert sub_prompts(obs, "milestone") is None  # milestones are asked whole
+
+
+def test_join_answers_renumbers_slots_and_wires_the_parts_dependencies() -> None:
+    obs = _obs((), "Solve P1, P3")  # P3 uses P1 (and P2)
+    # the slots' own dependency fields are replaced by the task's; an instruction is kept
+    assert join_answers(obs, ["S1 | #4 | -", "S1 | #2 | S1 | Weigh both.\nS2 | #1 | -"]) == (
+        "S1 | #4 | -\nS2 | #2 | S1 | Weigh both.")
+    # a malformed answer stays as written (the plan parser records the defect)
+    assert join_answers(obs, ["use the cheap one", "S1 | #1 | -"]) == "use the cheap one\nS2 | #1 | S1"
+
+
+def test_split_decision_is_the_inverse_for_taught_slot_lines() -> None:
+    obs = _obs(HISTORY, "Solve P2, P3")
+    assert split_decision(obs, "S1 | #1 | -\nS2 | #2 | -\n") == ["S1 | #1 | -", "S1 | #2 | -"]
+    answers = ["S1 | #1 | -", "S1 | #2 | -"]
+    assert join_answers(obs, answers) == "S1 | #1 | -\nS2 | #2 | S1"  # P3 uses P2
+    assert split_decision(obs, join_answers(obs, answers)) == answers
+    assert split_decision(obs, "S1 | #1 | -") is None  # one line for two slots
+    assert split_decision(obs, "S1 | #1 | -\nS2 | E3 | - | Solve P3 another way.") is None  # not a slot line
+    assert split_decision(obs, "S2 | #2 | -\nS1 | #1 | -") is None  # out of slot order
+
+
 def test_compact_falls_back_to_full_without_numbered_parts() -> None:
     obs = _obs((), None, question="What is 2 + 2?")
     assert render_prompt(obs, "milestone", style="compact") == render_prompt(obs, "milestone", style="full")
@@ -69,3 +105,32 @@ def test_compact_prompts_mark_parts_the_engine_will_not_run_again() -> None:
     assert "spent" not in render_prompt(obs, "milestone", style="compact")
     plan = Observation(**{**spent.__dict__, "pending_milestone": "Solve P3"})
     assert render_prompt(plan, "plan", style="compact").startswith("### S1 P3 reason normal x3 spent: #1 good 3.5")
+
+
+def test_the_policy_orchestrator_asks_every_slot_in_one_batch() -> None:
+    import asyncio
+
+    from e3orch.policy.backends.base import Generation, PolicyBackend
+    from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
+
+    class Echo(PolicyBackend):
+        """Answers a slot question with the rank of its first strong card; records each call's prompts."""
+
+        name = "echo"
+        calls: list[list[str]] = []
+
+        def count_tokens(self, text: str) -> int:
+            return len(text.split())
+
+        def score(self, prompts, completions):  # type: ignore[no-untyped-def]
+            return [[0.0] for _ in prompts]
+
+        def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None,  # type: ignore[no-untyped-def]
+                     min_new_tokens=0, row_seeds=None):
+            self.calls.append(list(prompts))
+            return [[Generation("S1 | #" + p.split(" strong")[0].rsplit("#", 1)[1].split()[0] + " | -")] for p in prompts]
+
+    orch = PolicyOrchestrator(Echo(), DecodeSettings(prompt_style="factored"))
+    obs = _obs(HISTORY, "Solve P2, P3")
+    assert asyncio.run(orch.decide(obs, "plan")) == "S1 | #4 | -\nS2 | #2 | S1"
+    assert Echo.calls == [sub_prompts(obs, "plan")]

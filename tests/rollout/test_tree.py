@@ -166,3 +166,42 @@ def test_same_seed_same_tree_and_records_validate() -> None:
         raise AssertionError("a bad kind must fail validation")
     except Exception as exc:  # pandera SchemaError
         assert "kind" in str(exc)
+
+
+class FactoredRulePolicy(PromptRulePolicy):
+    """Reads the compact milestone prompt (every open part at once, then the answer) and answers a
+    plan slot's question with rank #1 when greedy and a random rank when sampled. A slot's answer
+    has as many tokens as its part's number (P3: three), so the records show which is which."""
+
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0):  # type: ignore[no-untyped-def]
+        rng = random.Random(seed)
+        out = []
+        for p in prompts:
+            if p.rstrip().endswith("### decide: milestone"):
+                open_ = re.findall(r"^(P\d+) .*: open$", p, re.M)
+                final = re.search(r"### final: (P\d+)", p).group(1)
+                text, ids = (f"MILESTONE: Solve {', '.join(open_)}" if open_ else f"ANSWER: {final}"), [1]
+            else:
+                assert len(re.findall(r"^### S\d+ ", p, re.M)) == 1, p  # one slot per question
+                part = int(re.search(r"plan for Solve P(\d+)", p).group(1))
+                ranks = len(re.findall(r"#\d+ ", p))
+                text, ids = f"S1 | #{1 if temperature == 0 else rng.randint(1, ranks)} | -", [100 + part] * part
+            out.append([Generation(text, ids, [-0.25] * len(ids), 0, True)])
+        return out
+
+
+def test_factored_style_asks_a_plan_slot_by_slot_and_records_every_slot() -> None:
+    tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_plan=2, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=6, randomize_pool=True)
+    res = TreeRollout(FactoredRulePolicy(), EngineConfig(), cfg, prompt_style="factored").run(tasks, specs, seed=3)
+    plans = [n for n in res.nodes if n.kind == "plan"]
+    assert any(len(n.sub_prompts) >= 3 for n in plans) and any(n.n_siblings > 1 for n in plans)
+    for n in plans:
+        parts = [int(k) for k in re.findall(r"plan for Solve P(\d+)", "".join(n.sub_prompts))]
+        assert len(parts) == len(n.sub_prompts) == n.n_calls == len(n.completion.splitlines())
+        assert n.sub_lengths == parts and n.token_ids == [100 + k for k in parts for _ in range(k)]
+        assert [ln.split(" | ")[0] for ln in n.completion.splitlines()] == [f"S{k + 1}" for k in range(len(parts))]
+        assert not n.defects
+    assert all(not n.sub_prompts and not n.sub_lengths and n.token_ids == [1] for n in res.nodes if n.kind == "milestone")
+    NODE_SCHEMA.validate(nodes_frame(res.nodes))

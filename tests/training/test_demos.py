@@ -74,3 +74,27 @@ def test_demo_copies_oversample_answers_and_later_milestones() -> None:
     assert later and set(later) == {3}
     assert [demo_copies(d, WarmstartConfig()) for d in demos] == [4 if d.completion.startswith("ANSWER:") else 1
                                                                  for d in demos]
+
+
+def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
+    from e3orch.policy.prompts import split_decision, sub_prompts
+    from e3orch.training.demos import collect_demonstrations
+
+    tasks = [generate_task(0, "research", i, "train") for i in range(3)]  # wide first plans
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    whole, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 1.0}, randomize=False, style="compact")
+    factored, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 1.0}, randomize=False, style="factored")
+    # milestones as they were; every plan becomes its slots' questions, in order, each with its answer
+    expected: list[tuple[str, str]] = []
+    for d in whole:
+        if d.kind == "milestone":
+            expected.append((d.prompt, d.completion))
+        else:
+            expected += zip(sub_prompts(d.obs, "plan") or [], split_decision(d.obs, d.completion) or [])  # type: ignore[arg-type]
+    assert [(d.prompt, d.completion) for d in factored] == expected
+    plans = [d for d in factored if d.kind == "plan"]
+    assert len(plans) > sum(d.kind == "plan" for d in whole)
+    for (slot_line, line), q in zip([(w.prompt.splitlines()[k], ln) for w in whole if w.kind == "plan"
+                                     for k, ln in enumerate(w.completion.splitlines())], plans):
+        assert q.completion == "S1 | " + line.split(" | ")[1] + " | -"
+        assert q.prompt == re.sub(r"^### S\d+ ", "### S1 ", slot_line) + f"\n### decide: plan for Solve {slot_line.split()[2]}\n"

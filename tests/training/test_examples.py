@@ -21,9 +21,9 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
 
 def _scored(advantages: dict[str, list[float]]) -> pl.DataFrame:
     rows = [{"tree_id": t, "prompt": f"### decide: milestone {t}{i}\n", "token_ids": [5, 6, 7],
-             "logprobs": [-0.1, -0.2, -0.3], "advantage": a}
+             "logprobs": [-0.1, -0.2, -0.3], "advantage": a, "sub_prompts": [], "sub_lengths": []}
             for t, adv in advantages.items() for i, a in enumerate(adv)]
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides={"sub_prompts": pl.List(pl.Utf8), "sub_lengths": pl.List(pl.Int64)})
 
 
 def test_every_tree_weighs_the_same(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -37,3 +37,19 @@ def test_skip_zero_advantage_keeps_the_rest_and_reweights(tokenizer) -> None:  #
     scored = _scored({"a": [0.5, 0.0, -0.5, 0.0], "b": [1.0, 0.0], "c": [0.0, 0.0]})
     ex = examples_from_scored(scored, tokenizer, 256, skip_zero_advantage=True)
     assert [(e.group, e.advantage, e.weight) for e in ex] == [("a", 0.5, 0.5), ("a", -0.5, 0.5), ("b", 1.0, 1.0)]
+
+
+def test_a_decision_asked_part_by_part_trains_as_its_answers(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    scored = _scored({"a": [0.5, -1.0]})
+    slots = ["### S1 P1 compute easy: #1 good 0.5\n### decide: plan for Solve P1\n",
+             "### S1 P2 compute hard: #1 good 0.5 | #2 strong 9\n### decide: plan for Solve P2\n"]
+    scored = scored.with_columns(
+        token_ids=pl.Series([[5, 6, 7], [8, 9, 10, 11, 12]]), logprobs=pl.Series([[-0.1, -0.2, -0.3], [-1.0, -2.0, -3.0, -4.0, -5.0]]),
+        sub_prompts=pl.Series([[], slots], dtype=pl.List(pl.Utf8)), sub_lengths=pl.Series([[], [2, 3]], dtype=pl.List(pl.Int64)))
+    ex = examples_from_scored(scored, tokenizer, 256)
+    # three examples in tree a: the milestone and the plan's two slots, each from its own prompt
+    assert [(e.completion_ids, e.old_logprobs, e.advantage, e.weight) for e in ex] == [
+        ([5, 6, 7], [-0.1, -0.2, -0.3], 0.5, 1 / 3), ([8, 9], [-1.0, -2.0], -1.0, 1 / 3),
+        ([10, 11, 12], [-3.0, -4.0, -5.0], -1.0, 1 / 3)]
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    assert ex[2].prompt_ids == bos + tokenizer(slots[1], add_special_tokens=False)["input_ids"]
