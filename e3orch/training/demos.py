@@ -93,8 +93,18 @@ class Recorder(Orchestrator):
         acted = await self.actor.decide(obs, kind)
         if taught.strip():
             self.records.append((kind, obs, taught))
-            self.agreed += acted.strip() == taught.strip()
+            self.agreed += _same(kind, obs, acted, taught, self.style)
         return acted
+
+
+def _same(kind: DecisionType, obs: Observation, acted: str, taught: str, style: PromptStyle) -> bool:
+    """Whether the actor did what the teacher says. A factored plan is compared slot by slot: its
+    dependencies are the task's, where a taught slot line writes ``-``."""
+    if style == "factored" and kind == "plan":
+        answers = split_decision(obs, taught)
+        if answers is not None:
+            return split_decision(obs, acted) == answers
+    return acted.strip() == taught.strip()
 
 
 def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: PromptStyle) -> list[tuple[str, str]]:

@@ -98,3 +98,18 @@ def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
                                      for k, ln in enumerate(w.completion.splitlines())], plans):
         assert q.completion == "S1 | " + line.split(" | ")[1] + " | -"
         assert q.prompt == re.sub(r"^### S\d+ ", "### S1 ", slot_line) + f"\n### decide: plan for Solve {slot_line.split()[2]}\n"
+
+
+def test_factored_agreement_compares_slots_not_the_wiring() -> None:
+    from e3orch.orchestration.episode import Observation
+    from e3orch.training.demos import _same
+
+    question = "A task.\nP1: (easy) Look up X.\nP2: (hard) Compute Y, using P1.\nFinal answer: the result of P2."
+    obs = Observation(task_id="t", question=question, cards=tuple(load_pool_specs(REPO / "configs/executors/default.yaml")),
+                      history=(), pending_milestone="Solve P1, P2", milestones_left=5, subtasks_left=10,
+                      cost_left=10.0, max_plan_subtasks=8)
+    taught = "S1 | #1 | -\nS2 | #3 | -"  # a taught slot line leaves the wiring out
+    assert _same("plan", obs, "S1 | #1 | -\nS2 | #3 | S1", taught, "factored")  # the factored policy wires P2 to P1
+    assert not _same("plan", obs, "S1 | #1 | -\nS2 | #2 | S1", taught, "factored")
+    assert not _same("plan", obs, "S1 | #1 | -\nS2 | #3 | S1", taught, "compact")  # compact compares the text
+    assert _same("milestone", obs, "MILESTONE: Solve P1", "MILESTONE: Solve P1", "factored")
