@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.reading import (
@@ -168,7 +168,7 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     meta = Path(str(path)) / "e3orch_policy.json" if path else None
     if meta is not None and meta.exists():
         style = json.loads(meta.read_text()).get("prompt")
-        if style in ("compact", "full", "factored"):
+        if style in get_args(PromptStyle):
             return style  # type: ignore[no-any-return]
     return default
 
@@ -191,12 +191,6 @@ def _attempts_note(n: int, limit: int) -> str:
     return (f" x{n}" if n else "") + (" spent" if is_spent(n, limit) else "")
 
 
-def _part_line(part: Part, status: dict[str, PartStatus], limit: int) -> str:
-    """``P6 reason normal <P1,P2: 0.59 x1``: the part, its skill, difficulty, dependencies and state."""
-    deps = f" <{','.join(part.deps)}" if part.deps else ""
-    return f"{part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}{deps}: {_part_state(part, status, limit)}"
-
-
 def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
@@ -208,7 +202,10 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
         lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status))]
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
     by_id = {p.id: p for p in parts}
-    head = ["### parts"] + [_part_line(p, status, limit) for p in parts]
+    head = ["### parts"]
+    for p in parts:
+        deps = f" <{','.join(p.deps)}" if p.deps else ""
+        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, status, limit)}")
     return "\n".join(head + [
         # the final part's state again, next to the decision that depends on it most (answer or not)
         f"### final: {sink}" + (f" {_part_state(by_id[sink], status, limit)}" if sink in by_id else ""),

@@ -136,7 +136,7 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
             continue
         # a plan asked one slot at a time (policy.prompt: factored) trains as its slots' answers, each
         # with the decision's advantage: what was sampled, from the prompt it was sampled from
-        prompts, lengths = row.get("sub_prompts") or [row["prompt"]], row.get("sub_lengths") or [len(row["token_ids"])]
+        prompts, lengths = row["sub_prompts"] or [row["prompt"]], row["sub_lengths"] or [len(row["token_ids"])]
         start = 0
         for prompt, n in zip(prompts, lengths):
             c, lp = list(row["token_ids"][start:start + n]), list(row["logprobs"][start:start + n])
