@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "call": ("e3orch.commands.call", "run one executor on one subtask"),
     "evaluate": ("e3orch.commands.evaluate", "evaluate orchestrators on a split and write metrics.json"),
     "grade": ("e3orch.commands.grade", "grade {task_id, answer} JSONL lines with a benchmark's grader"),
-    "bench": ("e3orch.commands.bench", "benchmarks: engine | rollout | train"),
+    "bench": ("e3orch.commands.bench", "benchmarks: engine | rollout | train | routing | headroom"),
     "init-policy": ("e3orch.commands.init_policy", "create the small default policy model (tokenizer + config)"),
     "rollout": ("e3orch.commands.rollout", "tree-structured rollouts → decision-node Parquet"),
     "score": ("e3orch.commands.score", "score decision nodes: rewards and advantages"),

@@ -1,4 +1,4 @@
-"""``e3orch bench engine|rollout|train|routing [--json]``: figures measured in one run (not tests)."""
+"""``e3orch bench engine|rollout|train|routing|headroom [--json]``: figures measured in one run (not tests)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=("engine", "rollout", "train", "routing"))
+    p.add_argument("what", choices=("engine", "rollout", "train", "routing", "headroom"))
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--quick", action="store_true", help="smaller sizes (smoke runs)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
         from e3orch.benchmarks.rollout import bench_rollout
 
         result = bench_rollout(params_path=args.params, quick=args.quick, threads=args.threads)
+    elif args.what == "headroom":
+        from e3orch.benchmarks.headroom import bench_headroom
+
+        result = bench_headroom(params_path=args.params, quick=args.quick)
     elif args.what == "routing":
         from e3orch.benchmarks.routing import bench_routing
 
