@@ -134,6 +134,10 @@ class RolloutConfig(_Section):
     shared_noise: bool = Field(
         False, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
         "draws the same seed (the same subtask on the same executor gives the same result)")
+    slot_alternatives: bool = Field(
+        False, description="policy.prompt factored: at a plan branch point the siblings are the sampled plan and copies "
+        "of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, instead of "
+        "more samples")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
@@ -294,7 +298,11 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
             sections[name] = info.annotation.model_validate(raw)  # type: ignore[union-attr]
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
-    return Params(**sections)
+    params = Params(**sections)
+    if params.rollout.slot_alternatives and params.policy.prompt != "factored":
+        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored "
+                          f"(got {params.policy.prompt!r})")
+    return params
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:

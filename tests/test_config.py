@@ -93,6 +93,12 @@ def test_impossible_combination_is_rejected_with_the_fix() -> None:
         EngineConfig(max_plan_subtasks=9, max_total_subtasks=8)
 
 
+def test_slot_alternatives_need_the_factored_prompt() -> None:
+    msg = _error({"rollout": {"slot_alternatives": True}})
+    assert "rollout.slot_alternatives" in msg and "policy.prompt: factored" in msg and "'compact'" in msg
+    assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "factored"}}).rollout.slot_alternatives
+
+
 def test_impossible_combination_names_the_dotted_key() -> None:
     msg = _error({"engine": {"max_plan_subtasks": 40, "max_total_subtasks": 32}})
     assert "engine.max_plan_subtasks" in msg

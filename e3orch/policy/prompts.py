@@ -278,3 +278,19 @@ def split_decision(obs: Observation, taught: str) -> list[str] | None:
             return None
         out.append(f"S1 | {fields[1]} | -")
     return out
+
+
+_SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
+_RANK_RE = re.compile(r"#(\d{1,2}) ")
+
+
+def slot_alternatives(question: str, answer: str) -> list[str]:
+    """For one :func:`sub_prompts` question and its answer, the answers that send the slot to each
+    other executor of its menu (``S1 | #3 | -``), in menu order: all of them when the answer
+    names no menu rank."""
+    m = _SLOT_MENU_RE.search(question)
+    ranks = _RANK_RE.findall(m.group(1) + " ") if m else []
+    fields = [f.strip() for f in (answer.strip().splitlines() or [""])[0].split("|")]
+    chosen = fields[1] if len(fields) > 1 else None
+    return [f"S1 | #{r} | -" for r in ranks if f"#{r}" != chosen]
+

@@ -17,7 +17,11 @@ identical: two copies of one decision, whose outcomes differ only by execution n
 With *shared noise* (``rollout.shared_noise``) that noise is common to a tree's paths: the k-th
 milestone of every path executes with the same seed, so siblings that go on to make the same
 decisions get the same results, and what separates their leaves is what their decisions changed
-(common random numbers, as evaluation uses across systems).
+(common random numbers, as evaluation uses across systems). With *slot alternatives*
+(``rollout.slot_alternatives``, factored prompts only) a plan's branch point draws one plan, and
+its siblings are copies of it in which one slot, drawn at random, names another executor of that
+slot's menu; the policy scores the new answer (its tokens and log-probs), so the siblings compare
+routings that a peaked policy would almost never sample.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
@@ -42,7 +46,14 @@ from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
-from e3orch.policy.prompts import PromptStyle, join_answers, policy_prompt_style, render_prompt, sub_prompts
+from e3orch.policy.prompts import (
+    PromptStyle,
+    join_answers,
+    policy_prompt_style,
+    render_prompt,
+    slot_alternatives,
+    sub_prompts,
+)
 from e3orch.rollout.records import DecisionNode, Leaf
 
 
@@ -171,9 +182,12 @@ class TreeRollout:
                 # what each decision generates from: its prompt, or (factored style) one question per plan slot
                 subs = [sub_prompts(o, kind) if self.prompt_style == "factored" else None for o in obs]  # type: ignore[arg-type]
                 asks = [[pr] if sp is None else sp for sp, pr in zip(subs, prompts)]
+                # slot alternatives (factored plans): one draw per path; its siblings are built from it
+                alts = [self.cfg.slot_alternatives and sp is not None and k > 1 for sp, k in zip(subs, ks)]
+                draws = [1 if alt else k for alt, k in zip(alts, ks)]
                 # greedy trunk: each path's first child decodes greedily, only the extra siblings sample
                 greedy = self.cfg.trunk == "greedy"
-                sampled = [q for a, k in zip(asks, ks) for _ in range(k - 1 if greedy else k) for q in a]
+                sampled = [q for a, d in zip(asks, draws) for _ in range(d - 1 if greedy else d) for q in a]
                 trunk = [q for a in asks for q in a] if greedy else []
                 gens: list[Generation] = []
                 for batch, temperature in ((trunk, 0.0), (sampled, self.temperature)):
@@ -184,18 +198,27 @@ class TreeRollout:
                             seed=stable_seed(seed, round_id, step, kind) % (2**31),
                         )]
                         result.generate_calls += 1
+                result.generated_tokens += sum(len(g.token_ids) for g in gens)
                 t = 0  # the trunk's generations, then the sampled siblings'
                 i = len(trunk)
-                for path, o, prompt, sp, a, k in zip(group, obs, prompts, subs, asks, ks):
-                    parent = path.node_path[-1] if path.node_path else ""
-                    own = k - 1 if greedy else k
-                    runs = ([gens[t:t + len(a)]] if greedy else []) + [gens[i + j * len(a): i + (j + 1) * len(a)]
-                                                                       for j in range(own)]
+                all_runs = []
+                for a, d in zip(asks, draws):
+                    own = d - 1 if greedy else d
+                    all_runs.append(([gens[t:t + len(a)]] if greedy else [])
+                                    + [gens[i + j * len(a): i + (j + 1) * len(a)] for j in range(own)])
                     t += len(a) if greedy else 0
                     i += own * len(a)
+                for path, runs, sp, alt, k in zip(group, all_runs, subs, alts, ks):
+                    if alt and sp is not None:
+                        rng = random.Random(stable_seed(seed, round_id, step, path.tree.tree_id, path.tree.nodes))
+                        runs += await self._alternatives(runs[0], sp, k - 1, rng)
+                for path, o, prompt, sp, runs, k in zip(group, obs, prompts, subs, all_runs, ks):
+                    parent = path.node_path[-1] if path.node_path else ""
                     samples = [(_combine(o, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
                                for r in runs]
-                    result.generated_tokens += sum(len(g.token_ids) for g, _ in samples)
+                    if len(samples) < k:  # fewer alternatives than siblings reserved: give the leaves back
+                        path.tree.paths -= k - len(samples)
+                        k = len(samples)
                     if self.cfg.distinct_siblings and k > 1:
                         samples = _distinct(samples)
                         path.tree.paths -= k - len(samples)  # give back the leaves a repeat reserved
@@ -247,6 +270,24 @@ class TreeRollout:
             for nid in leaf.node_path:
                 by_id[nid].leaves.append(leaf.leaf_id)
         return result
+
+    async def _alternatives(self, base: list[Generation], questions: list[str], n: int,
+                            rng: random.Random) -> list[list[Generation]]:
+        """Up to ``n`` copies of a factored plan's slot answers ``base`` in which one slot, drawn
+        by ``rng``, names another executor of its menu; the new answer is scored by the policy
+        (its tokens and log-probs, as if sampled)."""
+        j = rng.randrange(len(questions))
+        options = slot_alternatives(questions[j], base[j].text)
+        rng.shuffle(options)
+        options = options[:n]
+        if not options:
+            return []
+        lps = await asyncio.to_thread(self.backend.score, [questions[j]] * len(options), options)
+        out = []
+        for text, lp in zip(options, lps):
+            forced = Generation(text, self.backend.completion_ids(text), [float(x) for x in lp], base[j].prompt_tokens)
+            out.append([*base[:j], forced, *base[j + 1:]])
+        return out
 
     def _leaf(self, path: _Path, index: int) -> Leaf:
         ep = path.state.finish("policy")

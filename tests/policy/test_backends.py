@@ -138,6 +138,9 @@ def test_shared_prefix_generation_matches_scoring_and_single_calls(two_layer_mod
             continue  # score() re-tokenizes the text; compare where that gives the same tokens
         scored = be.score([prompt], [g.text])[0]  # ends with EOS
         assert g.logprobs == pytest.approx(scored if g.finished else scored[: len(g.logprobs)], abs=1e-4)
+        assert be.completion_ids(g.text) == text_ids + [be.tokenizer.eos_token_id]  # the tokens score() scored
+        if g.finished:
+            assert be.completion_ids(g.text) == g.token_ids
         checked += 1
     assert checked >= 2
 

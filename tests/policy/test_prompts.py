@@ -7,7 +7,7 @@ from pathlib import Path
 from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import Observation
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
-from e3orch.policy.prompts import join_answers, render_prompt, split_decision, sub_prompts
+from e3orch.policy.prompts import join_answers, render_prompt, slot_alternatives, split_decision, sub_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = tuple(load_pool_specs(REPO / "configs" / "executors" / "default.yaml"))
@@ -66,6 +66,15 @@ def test_factored_style_asks_each_slot_as_a_one_slot_plan() -> None:
     assert sub_prompts(_obs((), None, question="What is 2 + 2?"), "plan") is None  # asked whole
     assert sub_prompts(_obs((), "Finish up"), "plan") is None
     assert sub_prompts(obs, "milestone") is None  # milestones are asked whole
+
+
+def test_slot_alternatives_name_every_other_executor_of_the_slot_menu() -> None:
+    q2, q3 = sub_prompts(_obs(HISTORY, "Solve P2, P3"), "plan") or []
+    assert slot_alternatives(q2, "S1 | #1 | -") == ["S1 | #2 | -", "S1 | #3 | -", "S1 | #4 | -"]
+    assert slot_alternatives(q3, "S1 | #2 | -\n") == ["S1 | #1 | -", "S1 | #3 | -"]
+    assert slot_alternatives(q3, "MILESTONE: oops") == ["S1 | #1 | -", "S1 | #2 | -", "S1 | #3 | -"]
+    assert slot_alternatives("### S1 P4 code hard: (no capable executor)\n### decide: plan for Solve P4\n",
+                             "S1 | #1 | -") == []
 
 
 def test_join_answers_renumbers_slots_and_wires_the_parts_dependencies() -> None:

@@ -205,3 +205,49 @@ def test_factored_style_asks_a_plan_slot_by_slot_and_records_every_slot() -> Non
         assert not n.defects
     assert all(not n.sub_prompts and not n.sub_lengths and n.token_ids == [1] for n in res.nodes if n.kind == "milestone")
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
+
+
+class ScoringFactoredPolicy(FactoredRulePolicy):
+    """:class:`FactoredRulePolicy` whose forced answers are recognisable: ``#r`` encodes as the one
+    token 200 + r and scores log-prob -r."""
+
+    def completion_ids(self, completion: str) -> list[int]:
+        return [200 + int(re.search(r"#(\d+)", completion).group(1))]
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        return [[-float(self.completion_ids(c)[0] - 200)] for c in completions]
+
+
+def test_slot_alternatives_send_one_slot_to_each_other_menu_executor() -> None:
+    tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_plan=3, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=9,
+                        randomize_pool=True, slot_alternatives=True)
+    res = TreeRollout(ScoringFactoredPolicy(), EngineConfig(), cfg, prompt_style="factored").run(tasks, specs, seed=5)
+    groups: dict[str, list] = {}
+    for n in res.nodes:
+        if n.kind == "plan" and n.n_siblings > 1:
+            groups.setdefault(n.parent_id, []).append(n)
+    assert groups
+    for sibs in groups.values():
+        sibs.sort(key=lambda n: n.sibling_index)
+        drawn, *alts = sibs
+        assert len(sibs) == drawn.n_siblings <= 3 and alts
+        ranks = set()
+        for alt in alts:
+            assert alt.sub_prompts == drawn.sub_prompts
+            changed = [k for k, (a, b) in enumerate(zip(alt.completion.splitlines(), drawn.completion.splitlines()))
+                       if a != b]
+            assert len(changed) == 1  # one slot, the same one for every sibling of the group
+            k = changed[0]
+            r = int(re.search(r"#(\d+)", alt.completion.splitlines()[k]).group(1))
+            ranks.add((k, r))
+            # its tokens and log-probs are the policy's score of the forced answer; the others' as drawn
+            start = sum(alt.sub_lengths[:k])
+            assert alt.token_ids[start:start + 1] == [200 + r] and alt.logprobs[start:start + 1] == [-float(r)]
+            assert alt.sub_lengths[:k] == drawn.sub_lengths[:k] and alt.sub_lengths[k] == 1
+        assert len({k for k, _ in ranks}) == 1 and len(ranks) == len(alts)  # distinct executors
+        k = next(iter(ranks))[0]
+        assert int(re.search(r"#(\d+)", drawn.completion.splitlines()[k]).group(1)) not in {r for _, r in ranks}
+    assert all(len([lf for lf in res.leaves if lf.tree_id == t]) <= 9 for t in {lf.tree_id for lf in res.leaves})
+    NODE_SCHEMA.validate(nodes_frame(res.nodes))

@@ -49,6 +49,13 @@ class PolicyBackend(abc.ABC):
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
         """Per-token log-probs of each completion given its prompt (EOS included)."""
 
+    def completion_ids(self, completion: str) -> list[int]:
+        """The token ids :meth:`score` scores for ``completion`` (EOS last), as a generation ends."""
+        tok = getattr(self, "tokenizer", None)
+        if tok is None:
+            raise NotImplementedError(f"{self.name or type(self).__name__} backend has no tokenizer to encode completions")
+        return list(tok(completion, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
+
     @abc.abstractmethod
     def count_tokens(self, text: str) -> int:
         """Prompt length in the policy's tokens (for history trimming)."""

@@ -555,9 +555,8 @@ class TransformersBackend(PolicyBackend):
     @torch.no_grad()
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
         with self._lock:
-            eos = self.tokenizer.eos_token_id
             p_ids = self.encode_prompts(prompts)
-            c_ids = [self.tokenizer(c, add_special_tokens=False)["input_ids"] + [eos] for c in completions]
+            c_ids = [self.completion_ids(c) for c in completions]
             out = []
             for p, c in zip(p_ids, c_ids):
                 x = torch.tensor([p + c], device=self.device)
