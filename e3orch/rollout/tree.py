@@ -285,7 +285,11 @@ class TreeRollout:
         lps = await asyncio.to_thread(self.backend.score, [questions[j]] * len(options), options)
         out = []
         for text, lp in zip(options, lps):
-            forced = Generation(text, self.backend.completion_ids(text), [float(x) for x in lp], base[j].prompt_tokens)
+            ids = self.backend.completion_ids(text)
+            if len(ids) != len(lp):
+                raise RuntimeError(f"{self.backend.name} backend scored {len(lp)} tokens of a {len(ids)}-token "
+                                   "completion; rollout.slot_alternatives needs score() and completion_ids() to agree")
+            forced = Generation(text, ids, [float(x) for x in lp], base[j].prompt_tokens)
             out.append([*base[:j], forced, *base[j + 1:]])
         return out
 
