@@ -32,7 +32,7 @@ from e3orch.data.tasks import Task
 from e3orch.evaluation.evaluate import SystemMetrics, limit_per_benchmark, run_system, summarize
 from e3orch.executors.base import SKILLS, Pool
 from e3orch.orchestration.handwritten import Router, RuleOrchestrator
-from e3orch.orchestration.reading import Part, price_of
+from e3orch.orchestration.reading import Part
 
 STRONGEST = 9  # "the strongest card at the skill" (cheapest among equals), as heuristic repairs
 NEEDS = (1, 2, 3, STRONGEST)
@@ -63,11 +63,7 @@ def handwritten_table(name: str) -> RouteTable:
 
 def card_for(router: Router, skill: str, need: int) -> str:
     """The cheapest card at least ``need`` at ``skill`` (the strongest when none is, or for :data:`STRONGEST`)."""
-    if need != STRONGEST:
-        ok = [c for c in router.cards if router.levels[c.name][skill] >= need]
-        if ok:
-            return min(ok, key=price_of).name
-    return router.strongest(skill)
+    return router.strongest(skill) if need == STRONGEST else router.cheapest_at_least(skill, need)
 
 
 class TableOrchestrator(RuleOrchestrator):

@@ -56,8 +56,11 @@ class Router:
         self.levels = {c.name: card_levels(c) for c in self.cards}
 
     def cheapest_good_enough(self, skill: str, difficulty: int) -> str:
-        need = 3 if difficulty >= 2 else 2
-        ok = [c for c in self.cards if self.levels[c.name][skill] >= need]
+        return self.cheapest_at_least(skill, 3 if difficulty >= 2 else 2)
+
+    def cheapest_at_least(self, skill: str, level: int) -> str:
+        """The cheapest card whose stated ``skill`` level is at least ``level`` (the strongest if none is)."""
+        ok = [c for c in self.cards if self.levels[c.name][skill] >= level]
         if ok:
             return min(ok, key=price_of).name
         return self.strongest(skill)
