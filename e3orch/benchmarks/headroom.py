@@ -183,7 +183,7 @@ def bench_headroom(params_path: str = "params.yaml", quick: bool = False, train_
             train_pool = pools["default"][0]
             router = Router(tuple(train_pool.specs))
             start = handwritten_table("thrifty")
-            per_sweep = sum(len(candidates(start, e, router, cfg.max_part_attempts or 3)) for e in entries())
+            per_sweep = sum(len(candidates(start, e, router, cfg.max_part_attempts or RuleOrchestrator.max_attempts)) for e in entries())
             out: dict[str, Any] = {"train_tasks": len(train), "eval_tasks": len(evals), "sweeps": sweeps,
                                    "pools": {k: len(v) for k, v in pools.items()}}
             for name in ("heuristic", "thrifty"):

@@ -252,14 +252,19 @@ def join_answers(obs: Observation, answers: list[str]) -> str:
     slots = plan_slots(parts, obs.pending_milestone)
     lines = []
     for k, (part, answer) in enumerate(zip(slots, answers)):
-        first = (answer.strip().splitlines() or [""])[0]
-        fields = [f.strip() for f in first.split("|", 3)]
+        first, fields = _first_line_fields(answer)
         if len(fields) < 2 or not re.fullmatch(r"S\d{1,2}", fields[0]):
             lines.append(first)
             continue
         deps = [f"S{i + 1}" for i, other in enumerate(slots) if other in by_id[part].deps]
         lines.append(" | ".join([f"S{k + 1}", fields[1], ",".join(deps) or "-", *fields[3:]]))
     return "\n".join(lines)
+
+
+def _first_line_fields(answer: str) -> tuple[str, list[str]]:
+    """A slot answer's first line and its ``|`` fields (at most four; the last keeps any ``|``)."""
+    first = (answer.strip().splitlines() or [""])[0]
+    return first, [f.strip() for f in first.split("|", 3)]
 
 
 def split_decision(obs: Observation, taught: str) -> list[str] | None:
@@ -290,7 +295,7 @@ def slot_alternatives(question: str, answer: str) -> list[str]:
     names no menu rank."""
     m = _SLOT_MENU_RE.search(question)
     ranks = _RANK_RE.findall(m.group(1) + " ") if m else []
-    fields = [f.strip() for f in (answer.strip().splitlines() or [""])[0].split("|")]
+    fields = _first_line_fields(answer)[1]
     chosen = fields[1] if len(fields) > 1 else None
     return [f"S1 | #{r} | -" for r in ranks if f"#{r}" != chosen]
 
