@@ -96,9 +96,10 @@ class PolicyConfig(_Section):
     dtype: str = Field("auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
-    prompt: Literal["compact", "factored", "full"] = Field(
+    prompt: Literal["compact", "factored", "per_part", "full"] = Field(
         "compact", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
-        "factored: compact, with a plan asked one slot at a time; full: cards, task text and history (for pretrained LLMs)")
+        "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
+        "part at a time (act on it: yes or no); full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)
@@ -135,9 +136,9 @@ class RolloutConfig(_Section):
         False, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
         "draws the same seed (the same subtask on the same executor gives the same result)")
     slot_alternatives: bool = Field(
-        False, description="policy.prompt factored: at a plan branch point the siblings are the sampled plan and copies "
-        "of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, instead of "
-        "more samples")
+        False, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
+        "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
+        "instead of more samples; per_part: at a milestone branch point, copies with one part's yes/no flipped")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
@@ -299,8 +300,8 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
-    if params.rollout.slot_alternatives and params.policy.prompt != "factored":
-        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored "
+    if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
+        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")
     return params
 

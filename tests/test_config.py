@@ -97,6 +97,7 @@ def test_slot_alternatives_need_the_factored_prompt() -> None:
     msg = _error({"rollout": {"slot_alternatives": True}})
     assert "rollout.slot_alternatives" in msg and "policy.prompt: factored" in msg and "'compact'" in msg
     assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "factored"}}).rollout.slot_alternatives
+    assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "per_part"}}).rollout.slot_alternatives
 
 
 def test_impossible_combination_names_the_dotted_key() -> None:

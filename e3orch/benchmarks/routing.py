@@ -72,7 +72,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
         mean_prompt = sum(count(p) for p in plan_prompts) / max(1, len(plan_prompts))
 
     def options(d: Any) -> int:
-        if base.policy.prompt not in ("compact", "factored"):
+        if base.policy.prompt not in ("compact", "factored", "per_part"):
             return len(d.obs.cards)
         tag = PART_TAG_RE.search(d.completion)
         menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])

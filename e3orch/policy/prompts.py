@@ -24,6 +24,16 @@
   ~1M-parameter policy routed every one-slot plan as its teacher would but only 65% of the
   slots of wider plans, falling back to ``#1`` where the slot's own line asked for another
   rank; asked slot by slot, it matched its teacher on every slot (docs/benchmarks.md).
+* ``per_part`` — ``factored``, with the milestone asked one part at a time too: each part the
+  engine would still run (not ``spent``, every part it uses has a value) gets a question showing
+  its line, the state of the parts it uses and of the final part, and ``### decide: act on P3``;
+  it answers ``yes`` or ``no``. The milestone solves the parts answered ``yes`` (at most
+  ``engine.max_plan_subtasks``), in the task's order; with none, or no question to ask, it
+  answers with the final part. Why: asked for a whole milestone, the factored policy matched
+  its teacher on 80% of milestones (every plan slot matched) and its mistakes — skipping a
+  low-confidence part, re-planning a spent one — cost 9 points of accuracy against its teacher
+  (docs/benchmarks.md); and RL gets one decision per part whose credit it can compare
+  (``rollout.slot_alternatives`` flips one answer).
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool
 the policy never saw is just another set of cards.
@@ -39,10 +49,12 @@ from collections.abc import Callable
 from typing import Literal, get_args
 
 from e3orch.orchestration.episode import DecisionType, Observation
+from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
 from e3orch.orchestration.reading import (
     DIFFICULTY_NAMES,
     LEVEL_NAMES,
     PART_RESULT_RE,
+    PART_TAG_RE,
     Part,
     PartStatus,
     card_levels,
@@ -56,7 +68,8 @@ from e3orch.orchestration.reading import (
 )
 from e3orch.orchestration.types import MilestoneRecord
 
-PromptStyle = Literal["compact", "full", "factored"]
+PromptStyle = Literal["compact", "full", "factored", "per_part"]
+FACTORED_STYLES = ("factored", "per_part")  # styles that ask a plan one slot at a time
 
 MAX_OUTPUT_CHARS = 160
 
@@ -133,7 +146,7 @@ def render_prompt(
     style: PromptStyle = "full",
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
-    if style in ("compact", "factored"):
+    if style == "compact" or style in FACTORED_STYLES:
         compact = render_compact(obs, kind)
         if compact is not None:
             return compact
@@ -230,24 +243,68 @@ def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatu
     return lines
 
 
-def sub_prompts(obs: Observation, kind: DecisionType) -> list[str] | None:
-    """The ``factored`` style's questions for a decision (see the module docstring): one per plan
-    slot. None when the decision is asked whole: a milestone, a task without numbered parts, or
-    a plan whose milestone names none of them."""
-    parts, _ = parse_parts(obs.question)
-    if kind != "plan" or not parts:
+def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "factored") -> list[str] | None:
+    """The questions a factored style asks for a decision (see the module docstring): one per plan
+    slot, and (``per_part``) one per part a milestone could act on — possibly none: the decision
+    is then forced (the final part's answer). None when the decision is asked whole: a milestone
+    in the ``factored`` style, a task without numbered parts, or a plan whose milestone names
+    none of them."""
+    parts, sink = parse_parts(obs.question)
+    if not parts:
         return None
     status = part_status(obs.history, parts)
+    if kind == "milestone":
+        if style != "per_part":
+            return None
+        by_id = {p.id: p for p in parts}
+        limit = obs.max_part_attempts
+        final = f"### final: {sink} {_part_state(by_id[sink], status, limit)}" if sink in by_id else "### final: -"
+        return [_act_question(p, by_id, status, limit, final) for p in actionable_parts(obs, parts, status)]
     return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
             for line in _slot_lines(obs, parts, status)] or None
 
 
-def join_answers(obs: Observation, answers: list[str]) -> str:
-    """The plan made of the answers to :func:`sub_prompts`' questions: each slot's first line
-    renumbered ``Sk``, its executor (and instruction, if it wrote one) kept, and its dependencies
-    set to the other slots whose parts its part uses, as the task states them. An answer whose
-    first line is not a plan line stays as written, and the plan parser records it as a defect."""
-    parts, _ = parse_parts(obs.question)
+def actionable_parts(obs: Observation, parts: list[Part], status: dict[str, PartStatus]) -> list[Part]:
+    """The parts a ``per_part`` milestone asks about: those the engine would still run (not spent,
+    every part they use has a value), none once the milestone or subtask budget is gone."""
+    if obs.milestones_left <= 0 or obs.subtasks_left <= 0:
+        return []
+    return [p for p in parts if not is_spent(status[p.id].attempts, obs.max_part_attempts) and deps_met(p, status)]
+
+
+def _act_question(part: Part, by_id: dict[str, Part], status: dict[str, PartStatus], limit: int, final: str) -> str:
+    """``### part: P3 compute hard: 0.41 x1`` / ``### uses: P1 0.77 x1, P2 0.58 x2`` / the final
+    part's line / ``### decide: act on P3``."""
+    uses = ", ".join(f"{d} {_part_state(by_id[d], status, limit)}" for d in part.deps if d in by_id) or "-"
+    return "\n".join([
+        f"### part: {part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}: {_part_state(part, status, limit)}",
+        f"### uses: {uses}", final, f"### decide: act on {part.id}"]) + "\n"
+
+
+def join_answers(obs: Observation, answers: list[str], kind: DecisionType = "plan") -> str:
+    """The decision made of the answers to :func:`sub_prompts`' questions.
+
+    A plan: each slot's first line renumbered ``Sk``, its executor (and instruction, if it wrote
+    one) kept, and its dependencies set to the other slots whose parts its part uses, as the task
+    states them. An answer whose first line is not a plan line stays as written, and the plan
+    parser records it as a defect.
+
+    A milestone (``per_part``): ``MILESTONE: Solve P1, P3`` for the parts answered ``yes``, or the
+    final part's answer when none was. An answer that is neither ``yes`` nor ``no`` becomes the
+    decision as written, and the milestone parser records it as a defect."""
+    parts, sink = parse_parts(obs.question)
+    if kind == "milestone":
+        ids = [p.id for p in actionable_parts(obs, parts, part_status(obs.history, parts))]
+        chosen = []
+        for pid, answer in zip(ids, answers):
+            first = _first_line_fields(answer)[0].strip()
+            if first.lower() not in ("yes", "no"):
+                return first or answer
+            if first.lower() == "yes":
+                chosen.append(pid)
+        if not chosen:
+            return render_answer(sink or parts[-1].id)
+        return render_milestone("Solve " + ", ".join(chosen[: obs.max_plan_subtasks]))
     by_id = {p.id: p for p in parts}
     slots = plan_slots(parts, obs.pending_milestone)
     lines = []
@@ -267,11 +324,23 @@ def _first_line_fields(answer: str) -> tuple[str, list[str]]:
     return first, [f.strip() for f in first.split("|", 3)]
 
 
-def split_decision(obs: Observation, taught: str) -> list[str] | None:
-    """The inverse of :func:`join_answers` for a taught plan: the answer each slot's question
-    should get (``S1 | #4 | -``). None when the plan is not one slot line (``S2 | #4 | -``) per
-    slot, in slot order: it cannot be taught slot by slot."""
+def split_decision(obs: Observation, taught: str, kind: DecisionType = "plan") -> list[str] | None:
+    """The inverse of :func:`join_answers` for a taught decision: the answer each question should get.
+
+    A plan: one ``S1 | #4 | -`` per slot; None when the plan is not one slot line (``S2 | #4 | -``)
+    per slot, in slot order: it cannot be taught slot by slot. A milestone (``per_part``): ``yes``
+    for each part it names, ``no`` for the others (all ``no`` for an answer); None when it names a
+    part no question asks about."""
     parts, _ = parse_parts(obs.question)
+    if kind == "milestone":
+        ids = [p.id for p in actionable_parts(obs, parts, part_status(obs.history, parts))]
+        decision = parse_milestone(taught)
+        if decision.kind == "invalid":
+            return None
+        wanted = set() if decision.kind == "answer" else set(PART_TAG_RE.findall(decision.text))
+        if wanted - set(ids):
+            return None
+        return ["yes" if pid in wanted else "no" for pid in ids]
     slots = plan_slots(parts, obs.pending_milestone)
     lines = [ln.strip() for ln in taught.strip().splitlines() if ln.strip()]
     if not slots or len(lines) != len(slots):
@@ -287,15 +356,19 @@ def split_decision(obs: Observation, taught: str) -> list[str] | None:
 
 _SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
 _RANK_RE = re.compile(r"#(\d{1,2}) ")
+_ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
 
 
 def slot_alternatives(question: str, answer: str) -> list[str]:
-    """For one :func:`sub_prompts` question and its answer, the answers that send the slot to each
-    other executor of its menu (``S1 | #3 | -``), in menu order: all of them when the answer
-    names no menu rank."""
+    """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
+    plan slot, each other executor of its menu (``S1 | #3 | -``), in menu order (all of them when
+    the answer names no menu rank); for a ``per_part`` milestone question, the other of ``yes``
+    and ``no`` (both when the answer is neither)."""
+    if _ACT_RE.search(question):
+        said = _first_line_fields(answer)[0].strip().lower()
+        return [w for w in ("yes", "no") if w != said]
     m = _SLOT_MENU_RE.search(question)
     ranks = _RANK_RE.findall(m.group(1) + " ") if m else []
     fields = _first_line_fields(answer)[1]
     chosen = fields[1] if len(fields) > 1 else None
     return [f"S1 | #{r} | -" for r in ranks if f"#{r}" != chosen]
-

@@ -21,7 +21,10 @@ decisions get the same results, and what separates their leaves is what their de
 (``rollout.slot_alternatives``, factored prompts only) a plan's branch point draws one plan, and
 its siblings are copies of it in which one slot, drawn at random, names another executor of that
 slot's menu; the policy scores the new answer (its tokens and log-probs), so the siblings compare
-routings that a peaked policy would almost never sample.
+routings that a peaked policy would almost never sample. With ``policy.prompt: per_part`` a
+milestone's branch point does the same with its parts: the siblings flip one part's ``yes`` or
+``no``, comparing repairing a part (or moving on) with not. A decision with nothing to ask (the
+``per_part`` milestone once no part can still run) is forced and never branches.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
@@ -47,6 +50,7 @@ from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
+    FACTORED_STYLES,
     PromptStyle,
     join_answers,
     policy_prompt_style,
@@ -172,15 +176,17 @@ class TreeRollout:
                 group = [p for p in active if p.state.needs == kind]
                 if not group:
                     continue
-                ks = []
-                for p in group:  # reserve leaves as we go: several paths of one tree may branch now
-                    ks.append(self.branching(p, kind))
-                    p.tree.paths += ks[-1] - 1
                 obs = [p.state.observation() for p in group]
                 prompts = [render_prompt(o, kind, count_tokens=self.backend.count_tokens,
                                          max_tokens=self.max_prompt_tokens, style=self.prompt_style) for o in obs]
-                # what each decision generates from: its prompt, or (factored style) one question per plan slot
-                subs = [sub_prompts(o, kind) if self.prompt_style == "factored" else None for o in obs]  # type: ignore[arg-type]
+                # what each decision generates from: its prompt, or (factored styles) one question per plan
+                # slot, and (per_part) per part a milestone could act on: none when the decision is forced
+                subs = [sub_prompts(o, kind, self.prompt_style) if self.prompt_style in FACTORED_STYLES else None  # type: ignore[arg-type]
+                        for o in obs]
+                ks = []
+                for p, sp in zip(group, subs):  # reserve leaves as we go: several paths of one tree may branch now
+                    ks.append(self.branching(p, kind) if sp != [] else 1)  # a forced decision does not branch
+                    p.tree.paths += ks[-1] - 1
                 asks = [[pr] if sp is None else sp for sp, pr in zip(subs, prompts)]
                 # slot alternatives (factored plans): one draw per path; its siblings are built from it
                 alts = [self.cfg.slot_alternatives and sp is not None and k > 1 for sp, k in zip(subs, ks)]
@@ -214,7 +220,7 @@ class TreeRollout:
                         runs += await self._alternatives(runs[0], sp, k - 1, rng)
                 for path, o, prompt, sp, runs, k in zip(group, obs, prompts, subs, all_runs, ks):
                     parent = path.node_path[-1] if path.node_path else ""
-                    samples = [(_combine(o, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
+                    samples = [(_combine(o, kind, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
                                for r in runs]
                     if len(samples) < k:  # fewer alternatives than siblings reserved: give the leaves back
                         path.tree.paths -= k - len(samples)
@@ -303,12 +309,13 @@ class TreeRollout:
         )
 
 
-def _combine(obs: Any, questions: list[str] | None, gens: list[Generation]) -> Generation:
-    """One decision's generation: ``gens[0]``, or (factored) the plan joined from its slots'
-    answers, their tokens and log-probs concatenated in slot order."""
+def _combine(obs: Any, kind: str, questions: list[str] | None, gens: list[Generation]) -> Generation:
+    """One decision's generation: ``gens[0]``, or (factored) the decision joined from its
+    questions' answers, their tokens and log-probs concatenated in question order."""
     if questions is None:
         return gens[0]
-    return Generation(join_answers(obs, [g.text for g in gens]), [x for g in gens for x in g.token_ids],
+    return Generation(join_answers(obs, [g.text for g in gens], kind),  # type: ignore[arg-type]
+                      [x for g in gens for x in g.token_ids],
                       [x for g in gens for x in g.logprobs], sum(g.prompt_tokens for g in gens),
                       all(g.finished for g in gens))
 

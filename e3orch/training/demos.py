@@ -28,7 +28,7 @@ from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_line
 from e3orch.orchestration.reading import menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
-from e3orch.policy.prompts import PromptStyle, render_prompt, split_decision, sub_prompts
+from e3orch.policy.prompts import FACTORED_STYLES, PromptStyle, render_prompt, split_decision, sub_prompts
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
                                       "random": 0.05, "single": 0.05}
@@ -81,7 +81,7 @@ class Recorder(Orchestrator):
         taught = text
         if self.handles and kind == "plan":
             names = [c.name for c in obs.cards]
-            if self.style in ("compact", "factored"):
+            if self.style == "compact" or self.style in FACTORED_STYLES:
                 parts = parse_parts(obs.question)[0]
                 taught = to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
                                        plan_slots(parts, obs.pending_milestone))
@@ -100,7 +100,7 @@ class Recorder(Orchestrator):
 def _same(kind: DecisionType, obs: Observation, acted: str, taught: str, style: PromptStyle) -> bool:
     """Whether the actor did what the teacher says. A factored plan is compared slot by slot: its
     dependencies are the task's, where a taught slot line writes ``-``."""
-    if style == "factored" and kind == "plan":
+    if style in FACTORED_STYLES and kind == "plan":
         answers = split_decision(obs, taught)
         if answers is not None:
             return split_decision(obs, acted) == answers
@@ -108,12 +108,13 @@ def _same(kind: DecisionType, obs: Observation, acted: str, taught: str, style: 
 
 
 def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: PromptStyle) -> list[tuple[str, str]]:
-    """The (prompt, completion) pairs one taught decision becomes: one, or with the ``factored``
-    style one per plan slot (none for a plan that cannot be taught slot by slot)."""
-    if style == "factored":
-        questions = sub_prompts(obs, kind)
+    """The (prompt, completion) pairs one taught decision becomes: one, or with a factored style
+    one per plan slot (none for a plan that cannot be taught slot by slot), and with ``per_part``
+    one per part a milestone could act on (none for a milestone that cannot be taught part by part)."""
+    if style in FACTORED_STYLES:
+        questions = sub_prompts(obs, kind, style)
         if questions is not None:
-            answers = split_decision(obs, taught)
+            answers = split_decision(obs, taught, kind)
             return list(zip(questions, answers)) if answers is not None else []
     return [(render_prompt(obs, kind, style=style), taught)]
 

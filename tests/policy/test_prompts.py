@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from e3orch.executors.base import ExecutionResult, load_pool_specs
-from e3orch.orchestration.episode import Observation
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 from e3orch.policy.prompts import join_answers, render_prompt, slot_alternatives, split_decision, sub_prompts
 
@@ -143,3 +143,93 @@ def test_the_policy_orchestrator_asks_every_slot_in_one_batch() -> None:
     obs = _obs(HISTORY, "Solve P2, P3")
     assert asyncio.run(orch.decide(obs, "plan")) == "S1 | #4 | -\nS2 | #2 | S1"
     assert Echo.calls == [sub_prompts(obs, "plan")]
+
+
+# -- per_part: the milestone asked one part at a time ----------------------------------------
+LOW = MilestoneRecord(
+    "Solve P1, P2",
+    Plan((Subtask("S1", "web-search", "Solve P1."), Subtask("S2", "web-search", "Solve P2."))),
+    [ExecutionResult("S1", "web-search", True, "P1 = Norvik52 (confidence 0.92)"),
+     ExecutionResult("S2", "web-search", True, "P2 = Velola25 (confidence 0.41)")],
+)
+
+
+def test_per_part_asks_each_part_the_engine_would_still_run() -> None:
+    obs = _obs((LOW,), None)
+    assert render_prompt(obs, "milestone", style="per_part") == render_prompt(obs, "milestone", style="compact")
+    assert sub_prompts(obs, "milestone", "per_part") == [
+        "### part: P1 retrieve easy: 0.92 x1\n### uses: -\n### final: P3 open\n### decide: act on P1\n",
+        "### part: P2 retrieve easy: 0.41 x1\n### uses: -\n### final: P3 open\n### decide: act on P2\n",
+        "### part: P3 reason normal: open\n### uses: P1 0.92 x1, P2 0.41 x1\n### final: P3 open\n"
+        "### decide: act on P3\n",
+    ]
+    # a part waiting for a value is not asked about; neither is a spent one
+    assert [q.split("\n")[0] for q in sub_prompts(_obs(HISTORY, None), "milestone", "per_part") or []] == [
+        "### part: P1 retrieve easy: 0.92 x1", "### part: P2 retrieve easy: failed x1"]
+    spent = Observation(**{**_obs((LOW, LOW, LOW), None).__dict__, "max_part_attempts": 3})
+    assert [q.split("\n")[0] for q in sub_prompts(spent, "milestone", "per_part") or []] == [
+        "### part: P3 reason normal: open"]
+    # nothing left to ask once the budget is gone: the decision is forced
+    broke = Observation(**{**obs.__dict__, "milestones_left": 0})
+    assert sub_prompts(broke, "milestone", "per_part") == []
+    assert join_answers(broke, [], "milestone") == "ANSWER: P3"
+    assert sub_prompts(obs, "milestone", "factored") is None  # asked whole there
+
+
+def test_per_part_answers_join_into_a_milestone_and_split_back() -> None:
+    obs = _obs((LOW,), None)
+    assert join_answers(obs, ["no", "yes", "no"], "milestone") == "MILESTONE: Solve P2"
+    assert join_answers(obs, ["no", "Yes\n", "yes"], "milestone") == "MILESTONE: Solve P2, P3"
+    assert join_answers(obs, ["no", "no", "no"], "milestone") == "ANSWER: P3"  # nothing to do: answer
+    # an answer that is neither stays as written: the milestone parser records the defect
+    assert join_answers(obs, ["no", "maybe later", "no"], "milestone") == "maybe later"
+    assert split_decision(obs, "MILESTONE: Solve P2", "milestone") == ["no", "yes", "no"]
+    assert split_decision(obs, "ANSWER: P3", "milestone") == ["no", "no", "no"]
+    assert split_decision(obs, "MILESTONE: Solve P4", "milestone") is None  # no question about P4
+    assert split_decision(obs, "what now?", "milestone") is None
+    capped = Observation(**{**obs.__dict__, "max_plan_subtasks": 1})
+    assert join_answers(capped, ["yes", "yes", "no"], "milestone") == "MILESTONE: Solve P1"
+
+
+def test_per_part_alternatives_flip_the_answer() -> None:
+    q = (sub_prompts(_obs((LOW,), None), "milestone", "per_part") or [])[1]
+    assert slot_alternatives(q, "yes") == ["no"]
+    assert slot_alternatives(q, "no\n") == ["yes"]
+    assert slot_alternatives(q, "dunno") == ["yes", "no"]
+
+
+def test_per_part_answers_express_every_rule_milestone_exactly() -> None:
+    """The rule teachers' milestones, on sim tasks of every domain and their own trajectories,
+    split into per-part answers and join back to exactly what the teacher said."""
+    import asyncio
+
+    from e3orch.config import EngineConfig
+    from e3orch.data.sim import generate_split
+    from e3orch.executors.base import build_pool
+    from e3orch.orchestration.episode import run_episode
+    from e3orch.orchestration.handwritten import make_handwritten
+
+    seen: list[tuple[Observation, str]] = []
+
+    class Spy(Orchestrator):
+        def __init__(self, inner: Orchestrator) -> None:
+            self.inner, self.name = inner, inner.name
+
+        async def decide(self, obs: Observation, kind: DecisionType) -> str:
+            text = await self.inner.decide(obs, kind)
+            if kind == "milestone":
+                seen.append((obs, text))
+            return text
+
+    pool = build_pool(DEFAULT)
+    tasks = generate_split(3, "eval", 6)
+    for teacher in ("heuristic", "thrifty", "explore"):
+        for t in tasks:
+            asyncio.run(run_episode(t, Spy(make_handwritten(teacher, pool.names)), pool,
+                                    EngineConfig(max_part_attempts=3), seed=1))
+    assert len(seen) > 100 and any(text.startswith("MILESTONE") for _, text in seen)
+    for obs, text in seen:
+        answers = split_decision(obs, text, "milestone")
+        assert answers is not None, text
+        assert len(answers) == len(sub_prompts(obs, "milestone", "per_part") or [])
+        assert join_answers(obs, answers, "milestone") == text

@@ -251,3 +251,66 @@ def test_slot_alternatives_send_one_slot_to_each_other_menu_executor() -> None:
         assert int(re.search(r"#(\d+)", drawn.completion.splitlines()[k]).group(1)) not in {r for _, r in ranks}
     assert all(len([lf for lf in res.leaves if lf.tree_id == t]) <= 9 for t in {lf.tree_id for lf in res.leaves})
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
+
+
+class PerPartRulePolicy(ScoringFactoredPolicy):
+    """:class:`ScoringFactoredPolicy` that also answers ``per_part`` milestone questions: ``yes``
+    for a part not yet solved or solved with confidence below 0.6 (greedy), a coin flip when
+    sampled. ``yes`` encodes as token 301, ``no`` as 302; forced answers score -1."""
+
+    def completion_ids(self, completion: str) -> list[int]:
+        if completion in ("yes", "no"):
+            return [301 if completion == "yes" else 302]
+        return super().completion_ids(completion)
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        return [[-1.0] if c in ("yes", "no") else s for c, s in zip(completions, super().score(prompts, completions))]
+
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0):  # type: ignore[no-untyped-def]
+        rng = random.Random(seed)
+        out = []
+        for p in prompts:
+            m = re.search(r"^### part: P\d+ [^:]*: (\S+)", p, re.M)
+            if m is None:
+                out += super().generate([p], temperature=temperature, seed=rng.randrange(2**31))
+                continue
+            state = m.group(1)
+            low = state in ("open", "failed") or float(state) < 0.6
+            yes = low if temperature == 0 else rng.random() < 0.5
+            out.append([Generation("yes" if yes else "no", [301 if yes else 302], [-0.5], 0, True)])
+        return out
+
+
+def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
+    from e3orch.policy.prompts import sub_prompts
+
+    tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=1, branch_depth=8,
+                        leaf_budget=9, randomize_pool=True, slot_alternatives=True)
+    res = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
+        tasks, specs, seed=7)
+    miles = [n for n in res.nodes if n.kind == "milestone"]
+    asked = [n for n in miles if n.sub_prompts]
+    assert asked and any(len(n.sub_prompts) >= 3 for n in asked)
+    for n in asked:
+        assert all(q.rstrip().split("act on ")[-1].startswith("P") for q in n.sub_prompts)
+        assert n.sub_lengths == [1] * len(n.sub_prompts) and set(n.token_ids) <= {301, 302}
+        said = [f"P{q.rstrip().rsplit('P', 1)[1]}" for q, t in zip(n.sub_prompts, n.token_ids) if t == 301]
+        assert n.completion == (f"MILESTONE: Solve {', '.join(said)}" if said else n.completion)
+        assert said or n.completion.startswith("ANSWER: ")
+    # a forced milestone (nothing left to ask) never branches and trains nothing
+    assert all(n.n_siblings == 1 and not n.token_ids for n in miles if not n.sub_prompts)
+    groups: dict[str, list] = {}
+    for n in asked:
+        if n.n_siblings > 1:
+            groups.setdefault(n.parent_id, []).append(n)
+    assert groups
+    for sibs in groups.values():
+        sibs.sort(key=lambda n: n.sibling_index)
+        drawn, *alts = sibs
+        assert len(alts) == 1  # yes or no: one alternative
+        flipped = [k for k, (a, b) in enumerate(zip(alts[0].token_ids, drawn.token_ids)) if a != b]
+        assert len(flipped) == 1 and alts[0].logprobs[flipped[0]] == -1.0
+    assert sub_prompts is not None
+    NODE_SCHEMA.validate(nodes_frame(res.nodes))
