@@ -30,7 +30,9 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     """How many times a demonstration enters the SFT set. An episode has one answer decision and
     many milestone/plan decisions; without oversampling the policy learns to keep planning and
     never stops (``answer_oversample``). Milestones after the first — which parts to retry, when
-    to move to the final part — are the decisions the policy fits worst (``retry_oversample``)."""
+    to move to the final part — are the decisions the policy fits worst (``retry_oversample``).
+    A ``per_part`` milestone is taught as per-part ``yes``/``no`` answers: there is no answer
+    decision to oversample (the answer is every part's ``no``)."""
     if demo.completion.startswith("ANSWER:"):
         return cfg.answer_oversample
     if demo.kind == "milestone" and demo.obs is not None and demo.obs.history:
