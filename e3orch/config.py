@@ -161,6 +161,9 @@ class RewardsConfig(_Section):
     prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
     prior_beta: float = Field(1.0, gt=0)
     kappa: float = Field(0.5, ge=0, description="uncertainty penalty: mean - kappa * posterior std")
+    cost_prior: float = Field(
+        0.0, ge=0, description="pseudo-leaves at the task's mean cost in a decision's cost estimate; prior_alpha + "
+        "prior_beta shrinks cost differences of decisions with few leaves as much as their performance differences")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
     estimator: Literal["sibling", "matched", "branch", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the group's std")

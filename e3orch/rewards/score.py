@@ -81,7 +81,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     for r in leaf.values():
         tree_costs[r["tree_id"]].append(r["cost"])
     tree_mean = {t: sum(c) / len(c) for t, c in tree_costs.items()}
-    terms = make_terms(cfg.prior_alpha, cfg.prior_beta, cfg.kappa, cfg.defect_penalty)
+    terms = make_terms(cfg.prior_alpha, cfg.prior_beta, cfg.kappa, cfg.defect_penalty, cfg.cost_prior)
 
     def reward_of(f: NodeFacts) -> tuple[float, float, float, float]:
         perf, cost, comp = terms["performance"](f), terms["cost"](f), terms["completeness"](f)

@@ -36,14 +36,18 @@ def beta_lcb(scores: Sequence[float], alpha: float = 1.0, beta: float = 1.0, kap
     return mean - kappa * std
 
 
-def normalised_cost(costs: Sequence[float], tree_mean_cost: float) -> float:
+def normalised_cost(costs: Sequence[float], tree_mean_cost: float, prior: float = 0.0) -> float:
     """Mean cost below the decision over the task's mean leaf cost (1.0 = typical for this task).
 
     Normalising per task makes a cheap task's savings weigh as much as an expensive task's.
+    ``prior`` adds that many pseudo-leaves at the task's mean (1.0), shrinking the estimate of a
+    decision judged on few leaves as :func:`beta_lcb` shrinks its performance: with ``prior`` =
+    alpha + beta, one leaf's cost moves the estimate as much as one leaf's success does, and the
+    trade between the two no longer depends on how many leaves a decision has below it.
     """
     if not costs or tree_mean_cost <= 0:
         return 0.0
-    return (sum(costs) / len(costs)) / tree_mean_cost
+    return (sum(costs) / tree_mean_cost + prior) / (len(costs) + prior)
 
 
 def completeness(n_defects: float, answered: Sequence[float], penalty: float = 0.5) -> float:
@@ -57,11 +61,12 @@ def completeness(n_defects: float, answered: Sequence[float], penalty: float = 0
 RewardTerm = Callable[[NodeFacts], float]
 
 
-def make_terms(alpha: float, beta: float, kappa: float, defect_penalty: float) -> dict[str, RewardTerm]:
+def make_terms(alpha: float, beta: float, kappa: float, defect_penalty: float,
+               cost_prior: float = 0.0) -> dict[str, RewardTerm]:
     """The registry of reward terms with their parameters bound."""
     return {
         "performance": lambda f: beta_lcb(f.leaf_scores, alpha, beta, kappa),
-        "cost": lambda f: normalised_cost(f.leaf_costs, f.tree_mean_cost),
+        "cost": lambda f: normalised_cost(f.leaf_costs, f.tree_mean_cost, cost_prior),
         "completeness": lambda f: completeness(f.n_defects, f.leaf_answered, defect_penalty),
     }
 

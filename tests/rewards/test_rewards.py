@@ -40,6 +40,18 @@ def test_cost_is_normalised_per_task_and_subtracted() -> None:
     assert normalised_cost([2.0, 4.0], 3.0) == pytest.approx(1.0)
     assert normalised_cost([20.0, 40.0], 30.0) == pytest.approx(1.0)  # same relative cost, same value
     assert normalised_cost([1.0], 0.0) == 0.0
+    # pseudo-leaves at the task's mean: one leaf at twice the mean, with two of them, is (2 + 2) / 3
+    assert normalised_cost([6.0], 3.0, prior=2.0) == pytest.approx(4 / 3)
+    assert normalised_cost([3.0, 3.0], 3.0, prior=2.0) == pytest.approx(1.0)  # at the mean: unchanged
+
+
+def test_cost_prior_matches_the_performance_prior_shrinkage() -> None:
+    """With prior = alpha + beta and kappa 0, one leaf's success and one leaf's cost move a
+    decision's estimates by the same factor, whatever the number of leaves below it."""
+    for n in (1, 3, 12):
+        perf_step = beta_lcb([1.0] + [0.0] * (n - 1), 1.0, 1.0, kappa=0.0) - beta_lcb([0.0] * n, 1.0, 1.0, kappa=0.0)
+        cost_step = normalised_cost([4.0] + [2.0] * (n - 1), 2.0, prior=2.0) - normalised_cost([2.0] * n, 2.0, prior=2.0)
+        assert perf_step == pytest.approx(cost_step) == pytest.approx(1 / (n + 2))
     # sign: more cost, less reward (everything else equal)
     assert total_reward(0.5, 2.0, 1.0, 1.0, 0.3, 0.2) < total_reward(0.5, 1.0, 1.0, 1.0, 0.3, 0.2)
     # sign: more performance / completeness, more reward
