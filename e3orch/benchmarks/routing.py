@@ -44,6 +44,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     from e3orch.executors.base import load_pool_specs
     from e3orch.orchestration.reading import PART_TAG_RE, part_menus
     from e3orch.policy.backends.hf import TransformersBackend
+    from e3orch.policy.prompts import COMPACT_STYLES
     from e3orch.training.demos import collect_demonstrations
     from e3orch.training.warmstart import warmstart
 
@@ -72,7 +73,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
         mean_prompt = sum(count(p) for p in plan_prompts) / max(1, len(plan_prompts))
 
     def options(d: Any) -> int:
-        if base.policy.prompt not in ("compact", "factored", "per_part"):
+        if base.policy.prompt not in COMPACT_STYLES:
             return len(d.obs.cards)
         tag = PART_TAG_RE.search(d.completion)
         menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])

@@ -32,14 +32,7 @@ from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
 from e3orch.orchestration.reading import deps_met, futile_parts, is_spent, parse_parts, part_status
 from e3orch.policy.backends.base import Generation, PolicyBackend, backend_from_params
-from e3orch.policy.prompts import (
-    FACTORED_STYLES,
-    PromptStyle,
-    join_answers,
-    policy_prompt_style,
-    render_prompt,
-    sub_prompts,
-)
+from e3orch.policy.prompts import PromptStyle, join_answers, policy_prompt_style, render_prompt, sub_prompts
 
 
 @dataclass
@@ -171,12 +164,11 @@ class PolicyOrchestrator(Orchestrator):
         return stable_seed(self.batcher.seed, task_id, n)
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
-        if self.settings.prompt_style in FACTORED_STYLES:
-            questions = sub_prompts(obs, kind, self.settings.prompt_style)
-            if questions is not None:  # a plan's slots (or a per_part milestone's parts) side by side, streams drawn in order
-                gens = await asyncio.gather(*(self.batcher.generate(q, kind, row_seed=self._row_seed(obs.task_id))
-                                              for q in questions))
-                return join_answers(obs, [g.text for g in gens], kind)
+        questions = sub_prompts(obs, kind, self.settings.prompt_style)
+        if questions is not None:  # a plan's slots (or a per_part milestone's parts) side by side, streams drawn in order
+            gens = await asyncio.gather(*(self.batcher.generate(q, kind, row_seed=self._row_seed(obs.task_id))
+                                          for q in questions))
+            return join_answers(obs, [g.text for g in gens], kind)
         prompt = self.prompt(obs, kind)
         gen = await self.batcher.generate(prompt, kind, row_seed=self._row_seed(obs.task_id))
         s = self.settings

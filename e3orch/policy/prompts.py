@@ -70,6 +70,7 @@ from e3orch.orchestration.types import MilestoneRecord
 
 PromptStyle = Literal["compact", "full", "factored", "per_part"]
 FACTORED_STYLES = ("factored", "per_part")  # styles that ask a plan one slot at a time
+COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
 
 MAX_OUTPUT_CHARS = 160
 
@@ -146,7 +147,7 @@ def render_prompt(
     style: PromptStyle = "full",
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
-    if style == "compact" or style in FACTORED_STYLES:
+    if style in COMPACT_STYLES:
         compact = render_compact(obs, kind)
         if compact is not None:
             return compact
@@ -246,16 +247,16 @@ def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatu
 def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "factored") -> list[str] | None:
     """The questions a factored style asks for a decision (see the module docstring): one per plan
     slot, and (``per_part``) one per part a milestone could act on — possibly none: the decision
-    is then forced (the final part's answer). None when the decision is asked whole: a milestone
-    in the ``factored`` style, a task without numbered parts, or a plan whose milestone names
-    none of them."""
+    is then forced (the final part's answer). None when the decision is asked whole: any decision
+    of a style that is not factored, a milestone in the ``factored`` style, a task without
+    numbered parts, or a plan whose milestone names none of them."""
+    if style not in FACTORED_STYLES or (kind == "milestone" and style != "per_part"):
+        return None
     parts, sink = parse_parts(obs.question)
     if not parts:
         return None
     status = part_status(obs.history, parts)
     if kind == "milestone":
-        if style != "per_part":
-            return None
         by_id = {p.id: p for p in parts}
         limit = obs.max_part_attempts
         final = f"### final: {sink} {_part_state(by_id[sink], status, limit)}" if sink in by_id else "### final: -"

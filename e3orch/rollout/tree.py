@@ -50,7 +50,6 @@ from e3orch.orchestration.episode import EpisodeState
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
-    FACTORED_STYLES,
     PromptStyle,
     join_answers,
     policy_prompt_style,
@@ -181,8 +180,7 @@ class TreeRollout:
                                          max_tokens=self.max_prompt_tokens, style=self.prompt_style) for o in obs]
                 # what each decision generates from: its prompt, or (factored styles) one question per plan
                 # slot, and (per_part) per part a milestone could act on: none when the decision is forced
-                subs = [sub_prompts(o, kind, self.prompt_style) if self.prompt_style in FACTORED_STYLES else None  # type: ignore[arg-type]
-                        for o in obs]
+                subs = [sub_prompts(o, kind, self.prompt_style) for o in obs]  # type: ignore[arg-type]
                 ks = []
                 for p, sp in zip(group, subs):  # reserve leaves as we go: several paths of one tree may branch now
                     ks.append(self.branching(p, kind) if sp != [] else 1)  # a forced decision does not branch

@@ -28,7 +28,14 @@ from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_line
 from e3orch.orchestration.reading import menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
-from e3orch.policy.prompts import FACTORED_STYLES, PromptStyle, render_prompt, split_decision, sub_prompts
+from e3orch.policy.prompts import (
+    COMPACT_STYLES,
+    FACTORED_STYLES,
+    PromptStyle,
+    render_prompt,
+    split_decision,
+    sub_prompts,
+)
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
                                       "random": 0.05, "single": 0.05}
@@ -81,7 +88,7 @@ class Recorder(Orchestrator):
         taught = text
         if self.handles and kind == "plan":
             names = [c.name for c in obs.cards]
-            if self.style == "compact" or self.style in FACTORED_STYLES:
+            if self.style in COMPACT_STYLES:
                 parts = parse_parts(obs.question)[0]
                 taught = to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
                                        plan_slots(parts, obs.pending_milestone))
@@ -111,11 +118,10 @@ def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: Prom
     """The (prompt, completion) pairs one taught decision becomes: one, or with a factored style
     one per plan slot (none for a plan that cannot be taught slot by slot), and with ``per_part``
     one per part a milestone could act on (none for a milestone that cannot be taught part by part)."""
-    if style in FACTORED_STYLES:
-        questions = sub_prompts(obs, kind, style)
-        if questions is not None:
-            answers = split_decision(obs, taught, kind)
-            return list(zip(questions, answers)) if answers is not None else []
+    questions = sub_prompts(obs, kind, style)
+    if questions is not None:
+        answers = split_decision(obs, taught, kind)
+        return list(zip(questions, answers)) if answers is not None else []
     return [(render_prompt(obs, kind, style=style), taught)]
 
 
