@@ -139,6 +139,10 @@ class RolloutConfig(_Section):
         False, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
         "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
         "instead of more samples; per_part: at a milestone branch point, copies with one part's yes/no flipped")
+    spine: bool = Field(
+        False, description="only the path that took every branch point's first child branches again; the other "
+        "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "
+        "policy makes, each judged by its own greedy continuation)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")

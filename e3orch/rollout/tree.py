@@ -23,7 +23,10 @@ its siblings are copies of it in which one slot, drawn at random, names another 
 slot's menu; the policy scores the new answer (its tokens and log-probs), so the siblings compare
 routings that a peaked policy would almost never sample. With ``policy.prompt: per_part`` a
 milestone's branch point does the same with its parts: the siblings flip one part's ``yes`` or
-``no``, comparing repairing a part (or moving on) with not. A decision with nothing to ask (the
+``no``, comparing repairing a part (or moving on) with not. With a *spine*
+(``rollout.spine``) only the path that took the first child at every branch point branches
+again; the other children run to their leaves unbranched, so a tree compares alternatives at
+every decision of one episode rather than at the early decisions of many. A decision with nothing to ask (the
 ``per_part`` milestone once no part can still run) is forced and never branches.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
@@ -67,6 +70,7 @@ class _Path:
     tree: _Tree
     node_path: list[str] = field(default_factory=list)
     calls: int = 0
+    spine: bool = True  # took the first child at every branch point so far
 
 
 @dataclass
@@ -142,6 +146,8 @@ class TreeRollout:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
         depth = len(path.node_path)  # decisions already made on this path
         cfg = self.cfg
+        if cfg.spine and not path.spine:
+            return 1
         if depth < cfg.branch_start or depth >= cfg.branch_depth or (depth - cfg.branch_start) % cfg.branch_stride:
             return 1
         room = self.cfg.leaf_budget - path.tree.paths
@@ -230,7 +236,7 @@ class TreeRollout:
                     for j, (g, lengths) in enumerate(samples):
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
-                            list(path.node_path), path.calls)
+                            list(path.node_path), path.calls, spine=path.spine and j == 0)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,

@@ -137,6 +137,35 @@ def test_greedy_trunk_samples_only_the_extra_siblings() -> None:
     assert sum(by_tree.values()) == len(by_tree) + len(extras)
 
 
+def test_spine_branches_only_along_the_first_children() -> None:
+    res = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=40, spine=True)
+    by_id = {n.node_id: n for n in res.nodes}
+    branched = [n for n in res.nodes if n.n_siblings > 1]
+    assert branched and all(_on_spine(res, n) for n in branched)
+    for tree in {n.tree_id for n in res.nodes}:
+        leaves = [x for x in res.leaves if x.tree_id == tree]
+        points = {n.parent_id for n in branched if n.tree_id == tree}
+        extra = sum(n.n_siblings - 1 for n in branched if n.tree_id == tree and n.sibling_index == 0)
+        assert len(leaves) == 1 + extra and len(points) == len([n for n in branched if n.tree_id == tree
+                                                                and n.sibling_index == 0])
+        # the spine's own leaf: every decision it made from depth 1 on was a branch point
+        spine_leaf = next(x for x in leaves if all(by_id[i].sibling_index == 0 for i in x.node_path))
+        assert all(by_id[i].n_siblings > 1 for i in spine_leaf.node_path[1:])
+    # without the spine the same budget also branches off the first children
+    full = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=40)
+    assert any(not _on_spine(full, n) for n in full.nodes if n.n_siblings > 1)
+
+
+def _on_spine(res, n) -> bool:  # type: ignore[no-untyped-def]
+    """Whether every decision above ``n`` was its branch point's first child."""
+    by_id = {m.node_id: m for m in res.nodes}
+    while n.parent_id:
+        n = by_id[n.parent_id]
+        if n.sibling_index:
+            return False
+    return True
+
+
 def test_shared_noise_gives_identical_decisions_identical_outcomes() -> None:
     # milestone siblings repeat one decision and every plan is greedy: all paths of a tree decide alike
     def outcomes(res):  # type: ignore[no-untyped-def]
