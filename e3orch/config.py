@@ -169,7 +169,7 @@ class RewardsConfig(_Section):
         0.0, ge=0, description="pseudo-leaves at the task's mean cost in a decision's cost estimate; prior_alpha + "
         "prior_beta shrinks cost differences of decisions with few leaves as much as their performance differences")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
-    estimator: Literal["sibling", "matched", "branch", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
+    estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the group's std")
     positive_only: bool = Field(False, description="negative advantages become 0: the update only raises decisions that did better than their baseline")
 

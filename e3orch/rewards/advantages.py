@@ -27,6 +27,13 @@ Decisions that did not branch get 0: under a greedy trunk, the decisions after a
 are greedy decisions in states the alternative led to, and blaming them for its outcome would
 push the greedy policy down.
 
+``branch_first``: ``branch`` with the first child's continuation as the baseline instead of the
+siblings' mean: an alternative is credited with how much better or worse its continuation did
+than the first child's, and the first child (under a greedy trunk, the greedy decision) gets 0.
+With siblings that are forced alternatives (``rollout.slot_alternatives``), the mean baseline
+makes the greedy decision's advantage positive whenever the alternatives are worse on average:
+one expensive alternative then raises the greedy decision even when a cheap one beat it.
+
 ``tree_mean``: every decision is compared with the mean reward of its tree's decisions of the
 same kind (ignores the sibling structure; the ablation of tree credit).
 
@@ -50,6 +57,7 @@ class NodeKey:
     parent_id: str
     kind: str
     n_siblings: int
+    sibling_index: int = 0
 
 
 # (keys, rewards, normalize, aux): ``aux`` is one more reward per decision that some estimators need
@@ -138,6 +146,18 @@ def branch_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normali
     path reaches when every later branch point takes its first child (see the module docstring)."""
     _check_aux("branch", aux, rewards)
     return sibling_only_advantages(keys, aux, normalize, None)  # type: ignore[arg-type]
+
+
+@register_estimator("branch_first")
+def branch_first_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
+                            aux: Sequence[float] | None = None) -> list[float]:
+    """Continuation reward ``aux`` minus the first child's, at branch points only (module docstring)."""
+    _check_aux("branch_first", aux, rewards)
+    scale = _tree_scale(keys, aux, normalize)  # type: ignore[arg-type]
+    first = {(k.tree_id, k.parent_id): c for k, c in zip(keys, aux) if k.n_siblings > 1 and k.sibling_index == 0}  # type: ignore[arg-type]
+    return [(c - first[(k.tree_id, k.parent_id)]) / scale[k.tree_id]
+            if k.n_siblings > 1 and (k.tree_id, k.parent_id) in first else 0.0
+            for k, c in zip(keys, aux)]  # type: ignore[arg-type]
 
 
 def _check_aux(name: str, aux: Sequence[float] | None, rewards: Sequence[float]) -> None:

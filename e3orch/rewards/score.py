@@ -100,7 +100,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
             n_defects=len([d for d in n["defects"] if d not in _NO_ANSWER]),
             tree_mean_cost=tree_mean[n["tree_id"]],
         ))
-    keys = [NodeKey(n["node_id"], n["tree_id"], n["parent_id"], n["kind"], n["n_siblings"]) for n in rows]
+    keys = [NodeKey(n["node_id"], n["tree_id"], n["parent_id"], n["kind"], n["n_siblings"], n["sibling_index"])
+            for n in rows]
     cols: dict[str, list[float | int]] = {k: [] for k in ("n_leaves", "performance", "cost_norm", "completeness", "reward")}
     for f in facts:
         perf, cost, comp, reward = reward_of(f)
@@ -113,7 +114,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     aux = None
     if cfg.estimator == "matched":
         aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
-    elif cfg.estimator == "branch":
+    elif cfg.estimator in ("branch", "branch_first"):
         aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
     adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if cfg.positive_only:

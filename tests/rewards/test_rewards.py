@@ -13,6 +13,7 @@ from e3orch.config import RewardsConfig
 from e3orch.rewards.advantages import (
     NodeKey,
     branch_advantages,
+    branch_first_advantages,
     get_estimator,
     matched_advantages,
     sibling_advantages,
@@ -239,6 +240,27 @@ def test_branch_judges_siblings_by_their_continuation() -> None:
     nodes, leaves = _greedy_trunk_tree(a=False, b=True, c=True)
     branch = _scored(nodes, leaves, "branch")
     assert branch["p1"] == pytest.approx((r_ok - r_bad) / 2) and branch["p0"] == pytest.approx(-(r_ok - r_bad) / 2)
+
+
+def test_branch_first_credits_alternatives_against_the_first_child() -> None:
+    r_ok, r_bad = 2 / 3 - 0.3 + 0.2, 1 / 3 - 0.3 + 0.2
+    nodes, leaves = _greedy_trunk_tree(a=False, b=True, c=True)
+    first = _scored(nodes, leaves, "branch_first")
+    # the greedy plan p0 gets 0; the alternative p1 beat its greedy continuation by a whole leaf
+    assert first["p0"] == 0.0 and first["p1"] == pytest.approx(r_ok - r_bad) and first["m"] == 0.0
+    assert first["q0"] == 0.0 and first["q1"] == pytest.approx(r_ok - r_bad)
+    nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
+    first = _scored(nodes, leaves, "branch_first")
+    assert first["p1"] == 0.0 and first["q1"] == pytest.approx(r_bad - r_ok)
+
+
+def test_branch_first_does_not_raise_the_first_child_for_a_bad_alternative() -> None:
+    # three siblings: first child 0.5, a better alternative 0.6, a much worse one 0.0
+    keys = [K("g", "r", n=3), NodeKey("a", "t", "r", "plan", 3, 1), NodeKey("b", "t", "r", "plan", 3, 2)]
+    cont = [0.5, 0.6, 0.0]
+    assert branch_first_advantages(keys, cont, False, cont) == pytest.approx([0.0, 0.1, -0.5])
+    # the siblings' mean (branch) credits the first child +0.133 although one alternative beat it
+    assert branch_advantages(keys, cont, False, cont)[0] == pytest.approx(0.5 - 1.1 / 3)
 
 
 def test_branch_needs_continuation_rewards() -> None:
