@@ -23,10 +23,10 @@ its siblings are copies of it in which one slot, drawn at random, names another 
 slot's menu; the policy scores the new answer (its tokens and log-probs), so the siblings compare
 routings that a peaked policy would almost never sample. With ``policy.prompt: per_part`` a
 milestone's branch point does the same with its parts: the siblings flip one part's ``yes`` or
-``no``, comparing repairing a part (or moving on) with not. With a *spine*
-(``rollout.spine``) only the path that took the first child at every branch point branches
-again; the other children run to their leaves unbranched, so a tree compares alternatives at
-every decision of one episode rather than at the early decisions of many. A decision with nothing to ask (the
+``no``, comparing repairing a part (or moving on) with not. With a *spine* (``rollout.spine``)
+only the path that took the first child at every branch point branches again; the other
+children run to their leaves unbranched, so a tree compares alternatives at every decision of
+one episode rather than at the early decisions of many. A decision with nothing to ask (the
 ``per_part`` milestone once no part can still run) is forced and never branches.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every

@@ -122,8 +122,9 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     A plan asked one slot at a time (``policy.prompt: factored`` or ``per_part``) becomes one
     example per slot, and a ``per_part`` milestone one per part asked, each with the decision's
     advantage; a forced decision (nothing asked, no tokens) trains nothing. Weights make every
-    tree count equally: each example gets 1 / (examples in its tree). ``skip_zero_advantage`` leaves out decisions whose advantage is
-    exactly 0 (a tree with none left drops out); the weights count the examples kept.
+    tree count equally: each example gets 1 / (examples in its tree). ``skip_zero_advantage``
+    leaves out decisions whose advantage is exactly 0 (a tree with none left drops out); the
+    weights count the examples kept.
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)

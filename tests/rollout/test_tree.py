@@ -141,7 +141,7 @@ def test_spine_branches_only_along_the_first_children() -> None:
     res = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=40, spine=True)
     by_id = {n.node_id: n for n in res.nodes}
     branched = [n for n in res.nodes if n.n_siblings > 1]
-    assert branched and all(_on_spine(res, n) for n in branched)
+    assert branched and all(_on_spine(by_id, n) for n in branched)
     for tree in {n.tree_id for n in res.nodes}:
         leaves = [x for x in res.leaves if x.tree_id == tree]
         points = {n.parent_id for n in branched if n.tree_id == tree}
@@ -153,12 +153,12 @@ def test_spine_branches_only_along_the_first_children() -> None:
         assert all(by_id[i].n_siblings > 1 for i in spine_leaf.node_path[1:])
     # without the spine the same budget also branches off the first children
     full = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=40)
-    assert any(not _on_spine(full, n) for n in full.nodes if n.n_siblings > 1)
+    full_by_id = {n.node_id: n for n in full.nodes}
+    assert any(not _on_spine(full_by_id, n) for n in full.nodes if n.n_siblings > 1)
 
 
-def _on_spine(res, n) -> bool:  # type: ignore[no-untyped-def]
-    """Whether every decision above ``n`` was its branch point's first child."""
-    by_id = {m.node_id: m for m in res.nodes}
+def _on_spine(by_id, n) -> bool:  # type: ignore[no-untyped-def]
+    """Whether every decision above ``n`` (``by_id``: the tree's nodes by id) was its branch point's first child."""
     while n.parent_id:
         n = by_id[n.parent_id]
         if n.sibling_index:
