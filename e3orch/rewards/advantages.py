@@ -48,6 +48,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import fmean, pstdev
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,16 @@ class NodeKey:
 # (keys, rewards, normalize, aux): ``aux`` is one more reward per decision that some estimators need
 # (rewards/score.py computes it): ``matched`` its matched baseline, ``branch`` its continuation's reward
 Estimator = Callable[[Sequence[NodeKey], Sequence[float], bool, Sequence[float] | None], list[float]]
+# which ``aux`` an estimator needs: the matched baseline's reward, the continuation's reward, or none
+AuxKind = Literal["matched", "continuation"] | None
 ESTIMATORS: dict[str, Estimator] = {}
+ESTIMATOR_AUX: dict[str, AuxKind] = {}
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+def register_estimator(name: str, aux: AuxKind = None) -> Callable[[Estimator], Estimator]:
     def deco(fn: Estimator) -> Estimator:
         ESTIMATORS[name] = fn
+        ESTIMATOR_AUX[name] = aux
         return fn
 
     return deco
@@ -130,7 +135,7 @@ def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], norm
     return [(r - kind_mean[(k.tree_id, k.kind)][0]) / scale[k.tree_id] for k, r in zip(keys, rewards)]
 
 
-@register_estimator("matched")
+@register_estimator("matched", aux="matched")
 def matched_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
                        aux: Sequence[float] | None = None) -> list[float]:
     """Reward minus the matched baseline ``aux`` (see the module docstring), over the tree's reward std."""
@@ -139,7 +144,7 @@ def matched_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normal
     return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, aux)]  # type: ignore[arg-type]
 
 
-@register_estimator("branch")
+@register_estimator("branch", aux="continuation")
 def branch_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
                       aux: Sequence[float] | None = None) -> list[float]:
     """``sibling_only`` on continuation rewards ``aux``: each sibling is judged by the one leaf its
@@ -148,7 +153,7 @@ def branch_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normali
     return sibling_only_advantages(keys, aux, normalize, None)  # type: ignore[arg-type]
 
 
-@register_estimator("branch_first")
+@register_estimator("branch_first", aux="continuation")
 def branch_first_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
                             aux: Sequence[float] | None = None) -> list[float]:
     """Continuation reward ``aux`` minus the first child's, at branch points only (module docstring)."""

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from e3orch.config import RewardsConfig
-from e3orch.rewards.advantages import NodeKey, get_estimator
+from e3orch.rewards.advantages import ESTIMATOR_AUX, NodeKey, get_estimator
 from e3orch.rewards.terms import NodeFacts, make_terms, total_reward
 from e3orch.rollout.records import SCORED_SCHEMA
 
@@ -111,12 +111,13 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
         cols["completeness"].append(comp)
         cols["reward"].append(reward)
 
+    estimator = get_estimator(cfg.estimator)
     aux = None
-    if cfg.estimator == "matched":
+    if ESTIMATOR_AUX[cfg.estimator] == "matched":
         aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
-    elif cfg.estimator in ("branch", "branch_first"):
+    elif ESTIMATOR_AUX[cfg.estimator] == "continuation":
         aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
-    adv = get_estimator(cfg.estimator)(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
+    adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
     out = nodes.with_columns(

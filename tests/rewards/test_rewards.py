@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import polars as pl
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 
 from e3orch.config import RewardsConfig
 from e3orch.rewards.advantages import (
+    ESTIMATOR_AUX,
+    ESTIMATORS,
     NodeKey,
     branch_advantages,
     branch_first_advantages,
@@ -106,6 +109,12 @@ def test_tree_mean_estimator_and_registry() -> None:
     assert get_estimator("sibling") is sibling_advantages
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         get_estimator("nope")
+
+
+def test_params_name_every_registered_estimator_and_what_each_needs() -> None:
+    assert set(get_args(RewardsConfig.model_fields["estimator"].annotation)) == set(ESTIMATORS)
+    assert ESTIMATOR_AUX == {"sibling": None, "sibling_only": None, "tree_mean": None, "matched": "matched",
+                             "branch": "continuation", "branch_first": "continuation"}
 
 
 @given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=6))
