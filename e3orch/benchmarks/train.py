@@ -87,6 +87,7 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
             trainer.update(copy.deepcopy(examples))
         ours = reps * n_tokens / (time.perf_counter() - t)
 
+        assert trainer.ref is not None  # kl_coef 0.02 above: the trainer holds a frozen reference
         model = copy.deepcopy(trainer.acc.unwrap_model(trainer.model)).train()
         ref = copy.deepcopy(trainer.ref).eval()
         opt = torch.optim.AdamW(model.parameters(), lr=params.train.lr)

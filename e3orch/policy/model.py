@@ -79,7 +79,7 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
-        rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())

@@ -22,6 +22,12 @@ from e3orch.rollout.records import (
 )
 
 
+def _mean(column: Any) -> float:
+    """A polars column's mean as a float (0.0 when empty)."""
+    value = column.mean()
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
                   out_dir: str | Path, *, round_id: int = 0, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """Tree rollouts of ``policy_dir`` on the round's task sample → ``out_dir``/{nodes,leaves}.parquet.
@@ -69,9 +75,10 @@ def score_stage(params: Params, rollout_dir: str | Path, out_path: str | Path) -
     scored = score_nodes(nodes, leaves, params.rewards)
     write_validated(scored, SCORED_SCHEMA, out_path)
     cols = ["performance", "cost_norm", "completeness", "reward", "advantage"]
-    summary = {c: float(scored[c].mean() or 0.0) for c in cols}
-    summary.update({f"{c}_by_kind": {k: float(v) for k, v in scored.group_by("kind").agg(pl.col(c).mean()).iter_rows()}
-                    for c in ("reward", "advantage")})
+    summary: dict[str, Any] = {c: _mean(scored[c]) for c in cols}
+    for c in ("reward", "advantage"):
+        by_kind = scored.group_by("kind").agg(pl.col(c).mean())
+        summary[f"{c}_by_kind"] = {k: float(v) for k, v in zip(by_kind["kind"].to_list(), by_kind[c].to_list())}
     summary["decisions"] = len(scored)
     return summary
 
@@ -97,7 +104,7 @@ def merge_rollouts(shard_dirs: Sequence[str | Path], out_dir: str | Path) -> dic
     calls_indep = int(leaves["n_calls_path"].sum())
     summary = {
         "tasks": sum(s["tasks"] for s in summaries), "decisions": len(nodes), "leaves": len(leaves),
-        "leaf_accuracy": float(leaves["correct"].mean() or 0.0), "leaf_cost": float(leaves["cost"].mean() or 0.0),
+        "leaf_accuracy": _mean(leaves["correct"]), "leaf_cost": _mean(leaves["cost"]),
         "calls_per_leaf_tree": calls_tree / n_leaves, "calls_per_leaf_independent": calls_indep / n_leaves,
         "sharing_ratio": calls_tree / calls_indep if calls_indep else 1.0,
         "generated_tokens": sum(s["generated_tokens"] for s in summaries),

@@ -80,7 +80,7 @@ class Recorder(Orchestrator):
         self.style = style
         self.actor = actor
         self.name = inner.name
-        self.records: list[tuple[str, Observation, str]] = []
+        self.records: list[tuple[DecisionType, Observation, str]] = []
         self.agreed = 0
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:

@@ -283,7 +283,8 @@ class RLTrainer:
         settings = DecodeSettings.from_policy(pc, temperature=pc.eval_temperature,
                                               prompt_style=policy_prompt_style(self.backend, pc.prompt))
         # one actor per kind: a task's sampling streams (policy.resample_futile) count its own decisions
-        actors = {k: PolicyOrchestrator(self.backend, settings, name=f"validate-{k}") for k in self.cfg.validate_pools}
+        actors: dict[str, PolicyOrchestrator] = {
+            k: PolicyOrchestrator(self.backend, settings, name=f"validate-{k}") for k in self.cfg.validate_pools}
 
         async def one(task: Task, kind: str) -> tuple[str, bool, float]:
             rng = random.Random(stable_seed("validate", task.task_id))
@@ -555,6 +556,7 @@ def train_rl(
             shutil.copytree(trainer.ckpt / "best", out)
         trainer.acc.wait_for_everyone()
     else:
-        trainer.save_policy(out, **({"val_accuracy": history[-1].val_accuracy, "val_cost": history[-1].val_cost}
-                                    if history and history[-1].val_accuracy is not None else {}))
+        meta: dict[str, Any] = ({"val_accuracy": history[-1].val_accuracy, "val_cost": history[-1].val_cost}
+                                if history and history[-1].val_accuracy is not None else {})
+        trainer.save_policy(out, **meta)
     return out, history
