@@ -139,9 +139,9 @@ def tree_mean_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], norm
 def matched_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
                        aux: Sequence[float] | None = None) -> list[float]:
     """Reward minus the matched baseline ``aux`` (see the module docstring), over the tree's reward std."""
-    _check_aux("matched", aux, rewards)
+    baseline = _required_aux("matched", aux, rewards)
     scale = _tree_scale(keys, rewards, normalize)
-    return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, aux)]  # type: ignore[arg-type]
+    return [(r - b) / scale[k.tree_id] for k, r, b in zip(keys, rewards, baseline)]
 
 
 @register_estimator("branch", aux="continuation")
@@ -149,25 +149,26 @@ def branch_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normali
                       aux: Sequence[float] | None = None) -> list[float]:
     """``sibling_only`` on continuation rewards ``aux``: each sibling is judged by the one leaf its
     path reaches when every later branch point takes its first child (see the module docstring)."""
-    _check_aux("branch", aux, rewards)
-    return sibling_only_advantages(keys, aux, normalize, None)  # type: ignore[arg-type]
+    return sibling_only_advantages(keys, _required_aux("branch", aux, rewards), normalize, None)
 
 
 @register_estimator("branch_first", aux="continuation")
 def branch_first_advantages(keys: Sequence[NodeKey], rewards: Sequence[float], normalize: bool = True,
                             aux: Sequence[float] | None = None) -> list[float]:
     """Continuation reward ``aux`` minus the first child's, at branch points only (module docstring)."""
-    _check_aux("branch_first", aux, rewards)
-    scale = _tree_scale(keys, aux, normalize)  # type: ignore[arg-type]
-    first = {(k.tree_id, k.parent_id): c for k, c in zip(keys, aux) if k.n_siblings > 1 and k.sibling_index == 0}  # type: ignore[arg-type]
+    cont = _required_aux("branch_first", aux, rewards)
+    scale = _tree_scale(keys, cont, normalize)
+    first = {(k.tree_id, k.parent_id): c for k, c in zip(keys, cont) if k.n_siblings > 1 and k.sibling_index == 0}
     return [(c - first[(k.tree_id, k.parent_id)]) / scale[k.tree_id]
             if k.n_siblings > 1 and (k.tree_id, k.parent_id) in first else 0.0
-            for k, c in zip(keys, aux)]  # type: ignore[arg-type]
+            for k, c in zip(keys, cont)]
 
 
-def _check_aux(name: str, aux: Sequence[float] | None, rewards: Sequence[float]) -> None:
+def _required_aux(name: str, aux: Sequence[float] | None, rewards: Sequence[float]) -> Sequence[float]:
+    """``aux``, checked: one more reward per decision."""
     if aux is None or len(aux) != len(rewards):
         raise ValueError(f"the {name} estimator needs one more reward per decision (rewards/score.py computes them)")
+    return aux
 
 
 def get_estimator(name: str) -> Estimator:

@@ -111,11 +111,11 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
         cols["completeness"].append(comp)
         cols["reward"].append(reward)
 
-    estimator = get_estimator(cfg.estimator)
+    estimator, needs = get_estimator(cfg.estimator), ESTIMATOR_AUX[cfg.estimator]
     aux = None
-    if ESTIMATOR_AUX[cfg.estimator] == "matched":
+    if needs == "matched":
         aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
-    elif ESTIMATOR_AUX[cfg.estimator] == "continuation":
+    elif needs == "continuation":
         aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
     adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if cfg.positive_only:
