@@ -139,6 +139,10 @@ class RolloutConfig(_Section):
         False, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
         "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
         "instead of more samples; per_part: at a milestone branch point, copies with one part's yes/no flipped")
+    alternative_slot: Literal["random", "uncertain"] = Field(
+        "random", description="with slot_alternatives: which slot a branch point's alternatives change: drawn "
+        "uniformly, or drawn with weight 1 - p(the answer the policy gave there), so that the comparisons go where "
+        "the policy is least sure (a milestone over seven parts mostly flips parts it is sure of otherwise)")
     spine: bool = Field(
         False, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "

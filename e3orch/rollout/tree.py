@@ -23,7 +23,10 @@ its siblings are copies of it in which one slot, drawn at random, names another 
 slot's menu; the policy scores the new answer (its tokens and log-probs), so the siblings compare
 routings that a peaked policy would almost never sample. With ``policy.prompt: per_part`` a
 milestone's branch point does the same with its parts: the siblings flip one part's ``yes`` or
-``no``, comparing repairing a part (or moving on) with not. With a *spine* (``rollout.spine``)
+``no``, comparing repairing a part (or moving on) with not. With ``rollout.alternative_slot:
+uncertain`` the slot is drawn with weight 1 − the policy's probability of its answer, so the
+comparisons go where the policy is least sure rather than to parts it answers with certainty
+(entropy-guided branching). With a *spine* (``rollout.spine``)
 only the path that took the first child at every branch point branches again; the other
 children run to their leaves unbranched, so a tree compares alternatives at every decision of
 one episode rather than at the early decisions of many. A decision with nothing to ask (the
@@ -40,6 +43,7 @@ What this module deliberately does not do: compute rewards (rewards/ does), or u
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -284,9 +288,13 @@ class TreeRollout:
     async def _alternatives(self, base: list[Generation], questions: list[str], n: int,
                             rng: random.Random) -> list[list[Generation]]:
         """Up to ``n`` copies of a factored plan's slot answers ``base`` in which one slot, drawn
-        by ``rng``, names another executor of its menu; the new answer is scored by the policy
-        (its tokens and log-probs, as if sampled)."""
-        j = rng.randrange(len(questions))
+        by ``rng`` (uniformly, or by :func:`uncertainty_weights`), names another executor of its
+        menu or flips a part's yes/no; the new answer is scored by the policy (its tokens and
+        log-probs, as if sampled)."""
+        if self.cfg.alternative_slot == "uncertain":
+            j = rng.choices(range(len(questions)), weights=uncertainty_weights(base))[0]
+        else:
+            j = rng.randrange(len(questions))
         options = slot_alternatives(questions[j], base[j].text)
         rng.shuffle(options)
         options = options[:n]
@@ -311,6 +319,13 @@ class TreeRollout:
             cost=float(ep.cost), makespan_s=float(ep.makespan_s), n_calls_path=path.calls,
             budget_failure=ep.budget_failure or "", answer=ep.answer[:500],
         )
+
+
+def uncertainty_weights(answers: Sequence[Generation]) -> list[float]:
+    """Per slot, 1 - the policy's probability of the answer it gave there (its completion's
+    log-probs summed): a slot the policy answered with probability 0.99 is drawn 50 times less
+    often than one it answered with probability 0.5. A floor keeps every weight positive."""
+    return [max(1.0 - math.exp(sum(g.logprobs)), 1e-6) for g in answers]
 
 
 def _combine(obs: Any, kind: str, questions: list[str] | None, gens: list[Generation]) -> Generation:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Sequence
 
 import polars as pl
+import pytest
 from conftest import REPO
 
 from e3orch.config import EngineConfig, RolloutConfig
@@ -343,3 +345,63 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
         assert len(flipped) == 1 and alts[0].logprobs[flipped[0]] == -1.0
     assert sub_prompts is not None
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
+
+
+def test_uncertainty_weights_are_one_minus_the_answer_probability() -> None:
+    from e3orch.rollout.tree import uncertainty_weights
+
+    gens = [Generation("yes", [301], [math.log(0.5)], 0, True), Generation("S1 | #2 | -", [202, 9], [math.log(0.9), math.log(0.5)], 0, True),
+            Generation("no", [302], [0.0], 0, True)]
+    assert uncertainty_weights(gens) == pytest.approx([0.5, 0.55, 1e-6])
+
+
+class UnsurePerPartPolicy(PerPartRulePolicy):
+    """:class:`PerPartRulePolicy` that is sure (log-prob 0) of its answer for every part except one
+    solved with a confidence near its threshold (0.5 to 0.7), where its answer has probability 0.5."""
+
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0):  # type: ignore[no-untyped-def]
+        out = super().generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                               seed=seed, min_new_tokens=min_new_tokens)
+        for p, gens in zip(prompts, out):
+            if gens[0].text in ("yes", "no"):
+                lp = math.log(0.5) if _unsure(_part_state(p)) else 0.0
+                gens[0] = Generation(gens[0].text, gens[0].token_ids, [lp], 0, True)
+        return out
+
+
+def _part_state(question: str) -> str:
+    m = re.search(r"^### part: P\d+ [^:]*: (\S+)", question, re.M)
+    assert m is not None
+    return m.group(1)
+
+
+def _unsure(state: str) -> bool:
+    return state not in ("open", "failed") and 0.5 <= float(state) < 0.7
+
+
+@pytest.mark.parametrize("how", ["random", "uncertain"])
+def test_uncertain_alternatives_flip_the_part_the_policy_is_least_sure_of(how: str) -> None:
+    tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_milestone=2, branch_plan=2, branch_start=0, branch_stride=1, branch_depth=30,
+                        leaf_budget=24, randomize_pool=False, slot_alternatives=True, spine=True, trunk="greedy",
+                        alternative_slot=how)
+    res = TreeRollout(UnsurePerPartPolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
+        tasks, specs, seed=3)
+    flipped_states = []
+    groups: dict[tuple[str, str], list] = {}
+    for n in res.nodes:
+        if n.kind == "milestone" and n.n_siblings > 1:
+            groups.setdefault((n.tree_id, n.parent_id), []).append(n)
+    for sibs in groups.values():
+        drawn, alt = sorted(sibs, key=lambda n: n.sibling_index)
+        k = next(i for i, (a, b) in enumerate(zip(alt.token_ids, drawn.token_ids)) if a != b)
+        unsure_asked = any(_unsure(_part_state(q)) for q in drawn.sub_prompts)
+        flipped_states.append((_unsure(_part_state(drawn.sub_prompts[k])), unsure_asked, len(drawn.sub_prompts)))
+    mixed = [(f, n) for f, s, n in flipped_states if s and n > 1]
+    assert len(mixed) >= 5  # milestones that ask about a part near the threshold and others
+    hits = sum(f for f, _ in mixed)
+    if how == "uncertain":
+        assert hits == len(mixed)  # weight 0.5 against 1e-6: always a part whose answer was a coin flip
+    else:
+        assert hits < len(mixed)  # drawn uniformly, some flips go to parts the policy was sure of
