@@ -37,7 +37,7 @@ from e3orch.orchestration.reading import Part
 STRONGEST = 9  # "the strongest card at the skill" (cheapest among equals), as heuristic repairs
 NEEDS = (1, 2, 3, STRONGEST)
 ACCEPTS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75)
-LAMBDAS = (0.05, 0.1, 0.2)
+LAMBDAS = (0.05, 0.1, 0.12, 0.14, 0.2)
 
 
 @dataclass(frozen=True)
