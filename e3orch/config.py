@@ -172,6 +172,10 @@ class RewardsConfig(_Section):
     cost_prior: float = Field(
         0.0, ge=0, description="pseudo-leaves at the task's mean cost in a decision's cost estimate; prior_alpha + "
         "prior_beta shrinks cost differences of decisions with few leaves as much as their performance differences")
+    cost_unit: float = Field(
+        0.0, ge=0, description="0: a decision's cost is its leaves' mean cost over its task's mean leaf cost, so every "
+        "task's savings weigh alike; > 0: over this fixed amount, so a saving weighs by its size, as in the IE metric "
+        "(total accuracy over total cost)")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
     estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the group's std")

@@ -80,7 +80,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     tree_costs: dict[str, list[float]] = defaultdict(list)
     for r in leaf.values():
         tree_costs[r["tree_id"]].append(r["cost"])
-    tree_mean = {t: sum(c) / len(c) for t, c in tree_costs.items()}
+    # the cost scale: the task's mean leaf cost, or one fixed amount for every task (rewards.cost_unit)
+    tree_mean = {t: cfg.cost_unit or sum(c) / len(c) for t, c in tree_costs.items()}
     terms = make_terms(cfg.prior_alpha, cfg.prior_beta, cfg.kappa, cfg.defect_penalty, cfg.cost_prior)
 
     def reward_of(f: NodeFacts) -> tuple[float, float, float, float]:

@@ -156,6 +156,29 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     assert dict(zip(pos["node_id"], pos["advantage"])) == pytest.approx({"m": 0.0, "p1": (r1 - r2) / 2, "p2": 0.0})
 
 
+def test_cost_unit_weighs_every_task_by_the_same_fixed_amount() -> None:
+    # two one-task trees, each a plan branch: a saving of 1 on a cheap task (costs 1 and 2) and on a dear one (10 and 11)
+    def tree(t: str, lo: float) -> tuple[list[DecisionNode], list[Leaf]]:
+        nodes = [_node(f"{t}m", "", "milestone", [f"{t}A", f"{t}B"]), _node(f"{t}p1", f"{t}m", "plan", [f"{t}A"], 2, cost=lo),
+                 _node(f"{t}p2", f"{t}m", "plan", [f"{t}B"], 2, cost=lo + 1)]
+        leaves = [Leaf(f"{t}{x}", t, t, "sim/math", [f"{t}m", f"{t}p{i}"], True, 1.0, lo + i - 1, 1.0, 1, "", "x")
+                  for i, x in ((1, "A"), (2, "B"))]
+        for n in nodes:
+            n.tree_id = t
+        return nodes, leaves
+    (n1, l1), (n2, l2) = tree("cheap", 1.0), tree("dear", 10.0)
+    base = RewardsConfig(w_cost=0.5, kappa=0.0, normalize_std=False)
+
+    def adv(cfg: RewardsConfig) -> dict[str, float]:
+        out = score_nodes(nodes_frame(n1 + n2), leaves_frame(l1 + l2), cfg)
+        return dict(zip(out["node_id"], out["advantage"]))
+    per_task = adv(base)  # over each task's mean leaf cost: 1/1.5 there, 1/10.5 here
+    assert per_task["cheapp1"] == pytest.approx(0.5 * (1 / 1.5) / 2) and per_task["dearp1"] == pytest.approx(0.5 * (1 / 10.5) / 2)
+    fixed = adv(base.model_copy(update={"cost_unit": 4.0}))  # over 4 on both: the same saving, the same credit
+    assert fixed["cheapp1"] == pytest.approx(0.5 * 0.25 / 2) == pytest.approx(fixed["dearp1"])
+    assert fixed["cheapp2"] == pytest.approx(-fixed["cheapp1"])
+
+
 def _two_leaf_tree(correct_b: bool, cost_b: float, defect_p2: bool) -> tuple[list[DecisionNode], list[Leaf]]:
     # milestone m1 (leaves A, B) → plan siblings p1 (A) and p2 (B); p1 → milestone m2 (A), not branched
     nodes = [_node("m1", "", "milestone", ["A", "B"]), _node("p1", "m1", "plan", ["A"], 2, cost=1.0),
