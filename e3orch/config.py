@@ -315,6 +315,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
+    if params.rollout.alternative_slot != "random" and not params.rollout.slot_alternatives:
+        raise ConfigError(f"{source}: rollout.alternative_slot: needs rollout.slot_alternatives: true "
+                          "(it chooses which slot the alternatives change)")
     if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
         raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")

@@ -93,6 +93,14 @@ def test_impossible_combination_is_rejected_with_the_fix() -> None:
         EngineConfig(max_plan_subtasks=9, max_total_subtasks=8)
 
 
+def test_alternative_slot_needs_slot_alternatives() -> None:
+    msg = _error({"rollout": {"alternative_slot": "uncertain"}})
+    assert msg.endswith("rollout.alternative_slot: needs rollout.slot_alternatives: true "
+                        "(it chooses which slot the alternatives change)")
+    ok = {"rollout": {"alternative_slot": "uncertain", "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
+    assert parse_params(ok).rollout.alternative_slot == "uncertain"
+
+
 def test_slot_alternatives_need_the_factored_prompt() -> None:
     msg = _error({"rollout": {"slot_alternatives": True}})
     assert "rollout.slot_alternatives" in msg and "policy.prompt: factored" in msg and "'compact'" in msg
