@@ -170,7 +170,7 @@ class RewardsConfig(_Section):
     prior_beta: float = Field(1.0, gt=0)
     kappa: float = Field(0.5, ge=0, description="uncertainty penalty: mean - kappa * posterior std")
     cost_prior: float = Field(
-        0.0, ge=0, description="pseudo-leaves at the task's mean cost in a decision's cost estimate; prior_alpha + "
+        0.0, ge=0, description="pseudo-leaves at the cost scale (the task's mean cost, or cost_unit) in a decision's cost estimate; prior_alpha + "
         "prior_beta shrinks cost differences of decisions with few leaves as much as their performance differences")
     cost_unit: float = Field(
         0.0, ge=0, description="0: a decision's cost is its leaves' mean cost over its task's mean leaf cost, so every "

@@ -48,7 +48,7 @@ def matched_baseline_facts(rows: list[dict[str, Any]], keys: list[NodeKey], fact
             leaf_costs=[fmean(r["cost"] for r in ref)] * n,
             leaf_answered=[fmean(0.0 if r["budget_failure"] else 1.0 for r in ref)] * n,
             n_defects=fmean(facts[j].n_defects for j in group),
-            tree_mean_cost=facts[i].tree_mean_cost,
+            cost_scale=facts[i].cost_scale,
         ))
     return out
 
@@ -66,7 +66,7 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
             raise ValueError(f"node {nid}: {len(cont)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
         b = leaf[cont[0]]
         out.append(NodeFacts(leaf_scores=[b["score"]], leaf_costs=[b["cost"]], leaf_answered=[not b["budget_failure"]],
-                             n_defects=f.n_defects, tree_mean_cost=f.tree_mean_cost))
+                             n_defects=f.n_defects, cost_scale=f.cost_scale))
     return out
 
 
@@ -81,7 +81,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     for r in leaf.values():
         tree_costs[r["tree_id"]].append(r["cost"])
     # the cost scale: the task's mean leaf cost, or one fixed amount for every task (rewards.cost_unit)
-    tree_mean = {t: cfg.cost_unit or sum(c) / len(c) for t, c in tree_costs.items()}
+    cost_scale = {t: cfg.cost_unit or sum(c) / len(c) for t, c in tree_costs.items()}
     terms = make_terms(cfg.prior_alpha, cfg.prior_beta, cfg.kappa, cfg.defect_penalty, cfg.cost_prior)
 
     def reward_of(f: NodeFacts) -> tuple[float, float, float, float]:
@@ -99,7 +99,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
             leaf_costs=[b["cost"] for b in below],
             leaf_answered=[not b["budget_failure"] for b in below],
             n_defects=len([d for d in n["defects"] if d not in _NO_ANSWER]),
-            tree_mean_cost=tree_mean[n["tree_id"]],
+            cost_scale=cost_scale[n["tree_id"]],
         ))
     keys = [NodeKey(n["node_id"], n["tree_id"], n["parent_id"], n["kind"], n["n_siblings"], n["sibling_index"])
             for n in rows]

@@ -19,7 +19,7 @@ class NodeFacts:
     leaf_costs: Sequence[float]      # total episode costs of those leaves
     leaf_answered: Sequence[float]   # leaf ended with an answer inside its budget (1/0; a fraction in a baseline)
     n_defects: float                 # defects of this decision itself (a group's mean in a baseline)
-    tree_mean_cost: float            # mean leaf cost of the whole tree (the task's cost scale)
+    cost_scale: float                # the tree's mean leaf cost (the task's cost scale), or rewards.cost_unit
 
 
 def beta_lcb(scores: Sequence[float], alpha: float = 1.0, beta: float = 1.0, kappa: float = 0.5) -> float:
@@ -36,18 +36,19 @@ def beta_lcb(scores: Sequence[float], alpha: float = 1.0, beta: float = 1.0, kap
     return mean - kappa * std
 
 
-def normalised_cost(costs: Sequence[float], tree_mean_cost: float, prior: float = 0.0) -> float:
-    """Mean cost below the decision over the task's mean leaf cost (1.0 = typical for this task).
+def normalised_cost(costs: Sequence[float], cost_scale: float, prior: float = 0.0) -> float:
+    """Mean cost below the decision over ``cost_scale`` (1.0 = typical for this task when the
+    scale is the task's mean leaf cost; one fixed amount with ``rewards.cost_unit``).
 
     Normalising per task makes a cheap task's savings weigh as much as an expensive task's.
-    ``prior`` adds that many pseudo-leaves at the task's mean (1.0), shrinking the estimate of a
+    ``prior`` adds that many pseudo-leaves at the scale (1.0), shrinking the estimate of a
     decision judged on few leaves as :func:`beta_lcb` shrinks its performance: with ``prior`` =
     alpha + beta, one leaf's cost moves the estimate as much as one leaf's success does, and the
     trade between the two no longer depends on how many leaves a decision has below it.
     """
-    if not costs or tree_mean_cost <= 0:
+    if not costs or cost_scale <= 0:
         return 0.0
-    return (sum(costs) / tree_mean_cost + prior) / (len(costs) + prior)
+    return (sum(costs) / cost_scale + prior) / (len(costs) + prior)
 
 
 def completeness(n_defects: float, answered: Sequence[float], penalty: float = 0.5) -> float:
@@ -66,7 +67,7 @@ def make_terms(alpha: float, beta: float, kappa: float, defect_penalty: float,
     """The registry of reward terms with their parameters bound."""
     return {
         "performance": lambda f: beta_lcb(f.leaf_scores, alpha, beta, kappa),
-        "cost": lambda f: normalised_cost(f.leaf_costs, f.tree_mean_cost, cost_prior),
+        "cost": lambda f: normalised_cost(f.leaf_costs, f.cost_scale, cost_prior),
         "completeness": lambda f: completeness(f.n_defects, f.leaf_answered, defect_penalty),
     }
 
