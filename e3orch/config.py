@@ -147,6 +147,10 @@ class RolloutConfig(_Section):
         False, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "
         "policy makes, each judged by its own greedy continuation)")
+    lookahead: int = Field(
+        0, ge=0, description="with spine: an alternative (a child off the spine) branches again at its next N branch "
+        "points, and every decision is judged by the best continuation through its next N branch points, not only "
+        "by its greedy continuation (a repair compared with not repairing, each at its best routing)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
@@ -318,6 +322,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.alternative_slot != "random" and not params.rollout.slot_alternatives:
         raise ConfigError(f"{source}: rollout.alternative_slot: needs rollout.slot_alternatives: true "
                           "(it chooses which slot the alternatives change)")
+    if params.rollout.lookahead and not params.rollout.spine:
+        raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
+                          "(it lets the spine's alternatives branch again)")
     if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
         raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")

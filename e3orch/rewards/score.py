@@ -54,28 +54,48 @@ def matched_baseline_facts(rows: list[dict[str, Any]], keys: list[NodeKey], fact
 
 
 def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
-                       leaf: dict[str, dict[str, Any]]) -> list[NodeFacts]:
-    """Per decision, the facts of the one leaf below it whose path takes the first child at every
-    later branch point (the greedy continuation under ``rollout.trunk: greedy``)."""
+                       leaf: dict[str, dict[str, Any]], lookahead: int = 0) -> list[list[NodeFacts]]:
+    """Per decision, the facts of each leaf below it that can judge it: the one leaf whose path
+    takes the first child at every later branch point (the greedy continuation under
+    ``rollout.trunk: greedy``), and with ``lookahead`` N every leaf whose path may take any child
+    at the first N branch points below the decision and first children after them."""
     first = {r["node_id"]: r["sibling_index"] == 0 for r in rows}
+    branched = {r["node_id"]: r["n_siblings"] > 1 for r in rows}
     out = []
     for r, f in zip(rows, facts):
         nid = r["node_id"]
-        cont = [x for x in r["leaves"] if x in leaf and all(first.get(y, True) for y in _after(leaf[x]["node_path"], nid))]
-        if len(cont) != 1:
-            raise ValueError(f"node {nid}: {len(cont)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
-        b = leaf[cont[0]]
-        out.append(NodeFacts(leaf_scores=[b["score"]], leaf_costs=[b["cost"]], leaf_answered=[not b["budget_failure"]],
-                             n_defects=f.n_defects, cost_scale=f.cost_scale))
+        below = [x for x in r["leaves"] if x in leaf]
+        greedy = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, 0)]
+        if len(greedy) != 1:
+            raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
+        cont = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, lookahead)] if lookahead else greedy
+        out.append([NodeFacts(leaf_scores=[leaf[x]["score"]], leaf_costs=[leaf[x]["cost"]],
+                              leaf_answered=[not leaf[x]["budget_failure"]], n_defects=f.n_defects,
+                              cost_scale=f.cost_scale) for x in cont])
     return out
+
+
+def _follows(path: list[str], first: dict[str, bool], branched: dict[str, bool], free: int) -> bool:
+    """Whether ``path`` takes the first child at every branch point after its first ``free`` ones."""
+    for nid in path:
+        if branched.get(nid, False):
+            if free > 0:
+                free -= 1
+                continue
+        if not first.get(nid, True):
+            return False
+    return True
 
 
 def _after(path: list[str], node_id: str) -> list[str]:
     return list(path[path.index(node_id) + 1:])
 
 
-def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -> pl.DataFrame:
-    """Add ``n_leaves, performance, cost_norm, completeness, reward, advantage`` to ``nodes``."""
+def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, lookahead: int = 0) -> pl.DataFrame:
+    """Add ``n_leaves, performance, cost_norm, completeness, reward, advantage`` to ``nodes``.
+
+    ``lookahead`` (``rollout.lookahead``): continuation-judged estimators take the best
+    continuation through a decision's next ``lookahead`` branch points (:func:`continuation_facts`)."""
     leaf = {r["leaf_id"]: r for r in leaves.iter_rows(named=True)}
     tree_costs: dict[str, list[float]] = defaultdict(list)
     for r in leaf.values():
@@ -117,7 +137,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig) -
     if needs == "matched":
         aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
     elif needs == "continuation":
-        aux = [reward_of(f)[3] for f in continuation_facts(rows, facts, leaf)]
+        aux = [max(reward_of(c)[3] for c in cands) for cands in continuation_facts(rows, facts, leaf, lookahead)]
     adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]

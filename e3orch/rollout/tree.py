@@ -29,7 +29,11 @@ comparisons go where the policy is least sure rather than to parts it answers wi
 (entropy-guided branching). With a *spine* (``rollout.spine``)
 only the path that took the first child at every branch point branches again; the other
 children run to their leaves unbranched, so a tree compares alternatives at every decision of
-one episode rather than at the early decisions of many. A decision with nothing to ask (the
+one episode rather than at the early decisions of many. With ``rollout.lookahead`` N, an
+alternative off the spine branches again at its next N branch points, so that every decision
+can be judged by its best continuation through them (rewards/score.py): "repair this part" is
+then compared with "move on" at the repair's best routing, not only at the greedy one. A
+decision with nothing to ask (the
 ``per_part`` milestone once no part can still run) is forced and never branches.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
@@ -75,6 +79,7 @@ class _Path:
     node_path: list[str] = field(default_factory=list)
     calls: int = 0
     spine: bool = True  # took the first child at every branch point so far
+    look: int = 0  # off the spine: branch points this path may still branch at (rollout.lookahead)
 
 
 @dataclass
@@ -150,7 +155,7 @@ class TreeRollout:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
         depth = len(path.node_path)  # decisions already made on this path
         cfg = self.cfg
-        if cfg.spine and not path.spine:
+        if cfg.spine and not path.spine and path.look <= 0:
             return 1
         if depth < cfg.branch_start or depth >= cfg.branch_depth or (depth - cfg.branch_start) % cfg.branch_stride:
             return 1
@@ -240,7 +245,8 @@ class TreeRollout:
                     for j, (g, lengths) in enumerate(samples):
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
-                            list(path.node_path), path.calls, spine=path.spine and j == 0)
+                            list(path.node_path), path.calls, spine=path.spine and j == 0,
+                            look=_look(path, j, self.cfg.lookahead))
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,
@@ -319,6 +325,15 @@ class TreeRollout:
             cost=float(ep.cost), makespan_s=float(ep.makespan_s), n_calls_path=path.calls,
             budget_failure=ep.budget_failure or "", answer=ep.answer[:500],
         )
+
+
+def _look(parent: _Path, j: int, lookahead: int) -> int:
+    """Branch points the ``j``-th child of a branching ``parent`` may still branch at off the spine:
+    the spine's first child goes on as the spine, its alternatives get ``lookahead``, and a child
+    of a path already off the spine gets one fewer than its parent had."""
+    if parent.spine:
+        return 0 if j == 0 else lookahead
+    return max(0, parent.look - 1)
 
 
 def uncertainty_weights(answers: Sequence[Generation]) -> list[float]:

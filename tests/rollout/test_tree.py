@@ -159,6 +159,36 @@ def test_spine_branches_only_along_the_first_children() -> None:
     assert any(not _on_spine(full_by_id, n) for n in full.nodes if n.n_siblings > 1)
 
 
+@pytest.mark.parametrize("lookahead", [1, 2])
+def test_lookahead_lets_each_alternative_branch_at_its_next_branch_points(lookahead: int) -> None:
+    from e3orch.config import RewardsConfig
+    from e3orch.rewards.score import score_nodes
+
+    res = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=200, spine=True, lookahead=lookahead)
+    by_id = {n.node_id: n for n in res.nodes}
+    most = 0
+    for leaf in res.leaves:
+        path = [by_id[i] for i in leaf.node_path]
+        off = next((i for i, n in enumerate(path) if n.sibling_index), None)  # where it left the spine
+        if off is not None:  # below the alternative: at most `lookahead` more branch points
+            below = sum(n.n_siblings > 1 for n in path[off + 1:])
+            assert below <= lookahead
+            most = max(most, below)
+    assert most == lookahead  # with room in the budget, some alternative used all of them
+    # every decision has a greedy continuation, and the scores take the best through the branches
+    cfg = RewardsConfig(estimator="branch", normalize_std=False)
+    greedy = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), cfg)["advantage"]
+    best = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), cfg, lookahead=lookahead)["advantage"]
+    assert greedy.len() == best.len() == len(res.nodes) and (greedy != best).any()
+
+
+def test_lookahead_needs_the_spine() -> None:
+    from e3orch.config import ConfigError, parse_params
+
+    with pytest.raises(ConfigError, match="rollout.lookahead: needs rollout.spine"):
+        parse_params({"rollout": {"lookahead": 1}})
+
+
 def _on_spine(by_id, n) -> bool:  # type: ignore[no-untyped-def]
     """Whether every decision above ``n`` (``by_id``: the tree's nodes by id) was its branch point's first child."""
     while n.parent_id:
