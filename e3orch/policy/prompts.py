@@ -360,6 +360,15 @@ _RANK_RE = re.compile(r"#(\d{1,2}) ")
 _ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
 
 
+_QUESTION_PART_RE = re.compile(r"^### decide: (?:act on|plan for Solve) (P\d+)$", re.M)
+
+
+def question_part(question: str) -> str | None:
+    """The part a :func:`sub_prompts` question asks about (``P3``), or None."""
+    m = _QUESTION_PART_RE.search(question)
+    return m.group(1) if m else None
+
+
 def slot_alternatives(question: str, answer: str) -> list[str]:
     """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
     plan slot, each other executor of its menu (``S1 | #3 | -``), in menu order (all of them when

@@ -64,6 +64,7 @@ from e3orch.policy.prompts import (
     PromptStyle,
     join_answers,
     policy_prompt_style,
+    question_part,
     render_prompt,
     slot_alternatives,
     sub_prompts,
@@ -80,6 +81,7 @@ class _Path:
     calls: int = 0
     spine: bool = True  # took the first child at every branch point so far
     look: int = 0  # off the spine: branch points this path may still branch at (rollout.lookahead)
+    focus: str | None = None  # the part its alternative changed: its lookahead branches change that part again
 
 
 @dataclass
@@ -227,11 +229,15 @@ class TreeRollout:
                                     + [gens[i + j * len(a): i + (j + 1) * len(a)] for j in range(own)])
                     t += len(a) if greedy else 0
                     i += own * len(a)
+                changed: list[str | None] = []  # per path, the part its alternatives changed
                 for path, runs, sp, alt, k in zip(group, all_runs, subs, alts, ks):
+                    changed.append(None)
                     if alt and sp is not None:
                         rng = random.Random(stable_seed(seed, round_id, step, path.tree.tree_id, path.tree.nodes))
-                        runs += await self._alternatives(runs[0], sp, k - 1, rng)
-                for path, o, prompt, sp, runs, k in zip(group, obs, prompts, subs, all_runs, ks):
+                        more, changed[-1] = await self._alternatives(runs[0], sp, k - 1, rng,
+                                                                     focus=path.focus if path.look > 0 else None)
+                        runs += more
+                for path, o, prompt, sp, runs, k, part in zip(group, obs, prompts, subs, all_runs, ks, changed):
                     parent = path.node_path[-1] if path.node_path else ""
                     samples = [(_combine(o, kind, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
                                for r in runs]
@@ -246,7 +252,7 @@ class TreeRollout:
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
                             list(path.node_path), path.calls, spine=path.spine and j == 0,
-                            look=_look(path, j, self.cfg.lookahead))
+                            look=_look(path, j, self.cfg.lookahead), focus=part if path.spine and j else path.focus)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,
@@ -291,13 +297,18 @@ class TreeRollout:
                 by_id[nid].leaves.append(leaf.leaf_id)
         return result
 
-    async def _alternatives(self, base: list[Generation], questions: list[str], n: int,
-                            rng: random.Random) -> list[list[Generation]]:
+    async def _alternatives(self, base: list[Generation], questions: list[str], n: int, rng: random.Random,
+                            focus: str | None = None) -> tuple[list[list[Generation]], str | None]:
         """Up to ``n`` copies of a factored plan's slot answers ``base`` in which one slot, drawn
         by ``rng`` (uniformly, or by :func:`uncertainty_weights`), names another executor of its
         menu or flips a part's yes/no; the new answer is scored by the policy (its tokens and
-        log-probs, as if sampled)."""
-        if self.cfg.alternative_slot == "uncertain":
+        log-probs, as if sampled). With ``focus`` (a lookahead branch below an alternative that
+        changed that part), the slot is that part's when the decision asks about it. Also returns
+        the part of the slot changed."""
+        mine = [i for i, q in enumerate(questions) if focus is not None and question_part(q) == focus]
+        if mine:
+            j = mine[0]
+        elif self.cfg.alternative_slot == "uncertain":
             j = rng.choices(range(len(questions)), weights=uncertainty_weights(base))[0]
         else:
             j = rng.randrange(len(questions))
@@ -305,7 +316,7 @@ class TreeRollout:
         rng.shuffle(options)
         options = options[:n]
         if not options:
-            return []
+            return [], None
         lps = await asyncio.to_thread(self.backend.score, [questions[j]] * len(options), options)
         out = []
         for text, lp in zip(options, lps):
@@ -315,7 +326,7 @@ class TreeRollout:
                                    "completion; rollout.slot_alternatives needs score() and completion_ids() to agree")
             forced = Generation(text, ids, [float(x) for x in lp], base[j].prompt_tokens)
             out.append([*base[:j], forced, *base[j + 1:]])
-        return out
+        return out, question_part(questions[j])
 
     def _leaf(self, path: _Path, index: int) -> Leaf:
         ep = path.state.finish("policy")

@@ -16,6 +16,7 @@ from e3orch.data.sim import generate_split
 from e3orch.executors.base import load_pool_specs
 from e3orch.executors.simulated import SimulatedExecutor
 from e3orch.policy.backends.base import Generation, PolicyBackend
+from e3orch.policy.prompts import question_part
 from e3orch.rollout.records import LEAF_SCHEMA, NODE_SCHEMA, leaves_frame, nodes_frame
 from e3orch.rollout.tree import TreeRollout
 
@@ -375,6 +376,48 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
         assert len(flipped) == 1 and alts[0].logprobs[flipped[0]] == -1.0
     assert sub_prompts is not None
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
+
+
+def _changed_part(drawn, alt) -> str | None:  # type: ignore[no-untyped-def]
+    """The part of the one question whose answer ``alt`` changed against its sibling ``drawn``."""
+    def answers(n):  # type: ignore[no-untyped-def]
+        cuts = [sum(n.sub_lengths[:i]) for i in range(len(n.sub_lengths) + 1)]
+        return [n.token_ids[a:b] for a, b in zip(cuts, cuts[1:])]
+    changed = [q for q, a, b in zip(drawn.sub_prompts, answers(drawn), answers(alt)) if a != b]
+    assert len(changed) == 1
+    return question_part(changed[0])
+
+
+def test_lookahead_branches_change_the_part_their_alternative_changed() -> None:
+    tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_milestone=2, branch_plan=3, branch_start=1, branch_stride=1, branch_depth=30,
+                        leaf_budget=120, randomize_pool=False, slot_alternatives=True, spine=True, trunk="greedy",
+                        lookahead=1)
+    res = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
+        tasks, specs, seed=3)
+    by_id = {n.node_id: n for n in res.nodes}
+    groups: dict[tuple[str, str], list] = {}
+    for n in res.nodes:
+        if n.n_siblings > 1:
+            groups.setdefault((n.tree_id, n.parent_id), []).append(n)
+    focused = 0
+    for sibs in groups.values():
+        drawn, *alts = sorted(sibs, key=lambda n: n.sibling_index)
+        if _on_spine(by_id, drawn):
+            continue
+        up = drawn  # the alternative this lookahead branch point lies below
+        while not up.sibling_index:
+            up = by_id[up.parent_id]
+        first = next(n for n in res.nodes if n.parent_id == up.parent_id and n.tree_id == up.tree_id
+                     and n.sibling_index == 0)
+        part = _changed_part(first, up)
+        asked = [question_part(q) for q in drawn.sub_prompts]
+        for alt in alts:
+            if part in asked:
+                assert _changed_part(drawn, alt) == part
+                focused += 1
+    assert focused >= 5
 
 
 def test_uncertainty_weights_are_one_minus_the_answer_probability() -> None:
