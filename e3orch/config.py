@@ -151,6 +151,10 @@ class RolloutConfig(_Section):
         0, ge=0, description="with spine: an alternative (a child off the spine) branches again at its next N branch "
         "points, and every decision is judged by the best continuation through its next N branch points, not only "
         "by its greedy continuation (a repair compared with not repairing, each at its best routing)")
+    lookahead_from: Literal["any", "milestone"] = Field(
+        "any", description="with lookahead: which decisions look ahead; milestone: only milestone decisions (their "
+        "alternatives branch again at their plan, which comes before any new result), plan decisions are judged by "
+        "their greedy continuation (the decisions after a plan see its results: their best is chosen in hindsight)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")

@@ -72,7 +72,8 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
 
         # a fixed batch of 32 decisions from a fresh rollout
         res = trainer.rollout(tasks[:8], specs)
-        scored = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), params.rewards, params.rollout.lookahead)
+        scored = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), params.rewards,
+                             params.rollout.lookahead, params.rollout.lookahead_from)
         examples = examples_from_scored(scored, trainer.tokenizer, params.train.max_seq_len)
         examples = (examples * (32 // max(1, len(examples)) + 1))[:32]
         for e in examples:  # non-zero advantages so both losses do real work

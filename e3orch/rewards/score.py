@@ -54,11 +54,13 @@ def matched_baseline_facts(rows: list[dict[str, Any]], keys: list[NodeKey], fact
 
 
 def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
-                       leaf: dict[str, dict[str, Any]], lookahead: int = 0) -> list[list[NodeFacts]]:
+                       leaf: dict[str, dict[str, Any]], lookahead: int = 0,
+                       lookahead_from: str = "any") -> list[list[NodeFacts]]:
     """Per decision, the facts of each leaf below it that can judge it: the one leaf whose path
     takes the first child at every later branch point (the greedy continuation under
     ``rollout.trunk: greedy``), and with ``lookahead`` N every leaf whose path may take any child
-    at the first N branch points below the decision and first children after them."""
+    at the first N branch points below the decision and first children after them (``lookahead_from``
+    milestone: for milestone decisions only)."""
     first = {r["node_id"]: r["sibling_index"] == 0 for r in rows}
     branched = {r["node_id"]: r["n_siblings"] > 1 for r in rows}
     out = []
@@ -68,7 +70,8 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
         greedy = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, 0)]
         if len(greedy) != 1:
             raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
-        cont = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, lookahead)] if lookahead else greedy
+        look = lookahead if lookahead_from in ("any", r["kind"]) else 0
+        cont = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, look)] if look else greedy
         out.append([NodeFacts(leaf_scores=[leaf[x]["score"]], leaf_costs=[leaf[x]["cost"]],
                               leaf_answered=[not leaf[x]["budget_failure"]], n_defects=f.n_defects,
                               cost_scale=f.cost_scale) for x in cont])
@@ -91,11 +94,13 @@ def _after(path: list[str], node_id: str) -> list[str]:
     return list(path[path.index(node_id) + 1:])
 
 
-def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, lookahead: int = 0) -> pl.DataFrame:
+def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, lookahead: int = 0,
+                lookahead_from: str = "any") -> pl.DataFrame:
     """Add ``n_leaves, performance, cost_norm, completeness, reward, advantage`` to ``nodes``.
 
     ``lookahead`` (``rollout.lookahead``): continuation-judged estimators take the best
-    continuation through a decision's next ``lookahead`` branch points (:func:`continuation_facts`)."""
+    continuation through a decision's next ``lookahead`` branch points (:func:`continuation_facts`;
+    ``lookahead_from``: ``rollout.lookahead_from``)."""
     leaf = {r["leaf_id"]: r for r in leaves.iter_rows(named=True)}
     tree_costs: dict[str, list[float]] = defaultdict(list)
     for r in leaf.values():
@@ -137,7 +142,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
     if needs == "matched":
         aux = [reward_of(b)[3] for b in matched_baseline_facts(rows, keys, facts, leaf)]
     elif needs == "continuation":
-        aux = [max(reward_of(c)[3] for c in cands) for cands in continuation_facts(rows, facts, leaf, lookahead)]
+        aux = [max(reward_of(c)[3] for c in cands) for cands in continuation_facts(rows, facts, leaf, lookahead, lookahead_from)]
     adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]

@@ -72,7 +72,7 @@ def score_stage(params: Params, rollout_dir: str | Path, out_path: str | Path) -
     d = Path(rollout_dir)
     nodes = read_validated(d / "nodes.parquet", NODE_SCHEMA)
     leaves = read_validated(d / "leaves.parquet", LEAF_SCHEMA)
-    scored = score_nodes(nodes, leaves, params.rewards, params.rollout.lookahead)
+    scored = score_nodes(nodes, leaves, params.rewards, params.rollout.lookahead, params.rollout.lookahead_from)
     write_validated(scored, SCORED_SCHEMA, out_path)
     cols = ["performance", "cost_norm", "completeness", "reward", "advantage"]
     summary: dict[str, Any] = {c: _mean(scored[c]) for c in cols}

@@ -391,7 +391,8 @@ class RLTrainer:
         res = self.rollout(mine, specs)
         t = time.perf_counter()
         leaves = leaves_frame(res.leaves)
-        scored = score_nodes(nodes_frame(res.nodes), leaves, self.params.rewards, self.params.rollout.lookahead)
+        scored = score_nodes(nodes_frame(res.nodes), leaves, self.params.rewards,
+                             self.params.rollout.lookahead, self.params.rollout.lookahead_from)
         t_score = time.perf_counter() - t
         return self._update_round(scored, leaves, rollout=res, t_score=t_score)
 

@@ -295,12 +295,13 @@ def test_branch_first_does_not_raise_the_first_child_for_a_bad_alternative() -> 
     assert branch_advantages(keys, cont, False, cont)[0] == pytest.approx(0.5 - 1.1 / 3)
 
 
-def _lookahead_tree(ok: dict[str, bool], cost: dict[str, float]) -> tuple[list[DecisionNode], list[Leaf]]:
+def _lookahead_tree(ok: dict[str, bool], cost: dict[str, float], kind: str = "plan") -> tuple[list[DecisionNode], list[Leaf]]:
     """The spine m → p0 (greedy) → q0 (greedy) with alternatives p1 (at m) and q1 (at p0); the
     alternative p1 branches once more (rollout.lookahead 1): r0 (greedy) and r1. Leaves: A = m p0
-    q0, B = m p0 q1, C = m p1 r0, D = m p1 r1."""
+    q0, B = m p0 q1, C = m p1 r0, D = m p1 r1. p0 and p1 are decisions of ``kind``."""
     def node(nid: str, parent: str, idx: int, n_sib: int, leaves: list[str]) -> DecisionNode:
-        return DecisionNode(nid, "t", "task", "sim/math", parent, "plan", 0, idx, n_sib, "p", "c", [1], [-0.1], True,
+        k = kind if nid[0] == "p" else "plan"
+        return DecisionNode(nid, "t", "task", "sim/math", parent, k, 0, idx, n_sib, "p", "c", [1], [-0.1], True,
                             [], 1, 1.0, leaves)
 
     nodes = [node("m", "", 0, 1, ["A", "B", "C", "D"]), node("p0", "m", 0, 2, ["A", "B"]),
@@ -315,9 +316,9 @@ def test_lookahead_judges_each_decision_by_its_best_next_branch() -> None:
     cfg = RewardsConfig(w_cost=0.3, kappa=0.0, estimator="branch", normalize_std=False, cost_unit=1.0)
     r_ok, r_bad = 2 / 3 + 0.2, 1 / 3 + 0.2  # Beta(2,1) / Beta(1,2) on one leaf, full completeness; minus 0.3 x cost
 
-    def adv(ok: str, cost: dict[str, float], look: int) -> dict[str, float]:
-        nodes, leaves = _lookahead_tree({x: x in ok for x in "ABCD"}, cost)
-        out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg, lookahead=look)
+    def adv(ok: str, cost: dict[str, float], look: int, kind: str = "plan", only: str = "any") -> dict[str, float]:
+        nodes, leaves = _lookahead_tree({x: x in ok for x in "ABCD"}, cost, kind)
+        out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg, lookahead=look, lookahead_from=only)
         return {r["node_id"]: r["advantage"] for r in out.iter_rows(named=True)}
 
     same = dict.fromkeys("ABCD", 1.0)
@@ -331,6 +332,10 @@ def test_lookahead_judges_each_decision_by_its_best_next_branch() -> None:
     # the best continuation is the best reward, cost included: p1 at D (cost 1) against p0 at B (cost 2)
     look = adv("ABCD", {"A": 3.0, "B": 2.0, "C": 3.0, "D": 1.0}, 1)
     assert look["p1"] == pytest.approx(0.3 * (2.0 - 1.0) / 2) and look["p0"] == pytest.approx(-look["p1"])
+    # lookahead_from milestone: plan decisions keep their greedy continuation, milestones look ahead
+    assert adv("AD", same, 1, "plan", "milestone") == adv("AD", same, 0)
+    assert adv("AD", same, 1, "milestone", "milestone") == adv("AD", same, 1, "milestone")
+    assert adv("AD", same, 1, "milestone", "milestone")["p1"] == 0.0
 
 
 def test_branch_needs_continuation_rewards() -> None:

@@ -388,12 +388,13 @@ def _changed_part(drawn, alt) -> str | None:  # type: ignore[no-untyped-def]
     return question_part(changed[0])
 
 
-def test_lookahead_branches_change_the_part_their_alternative_changed() -> None:
+@pytest.mark.parametrize("only", ["any", "milestone"])
+def test_lookahead_branches_change_the_part_their_alternative_changed(only: str) -> None:
     tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
     cfg = RolloutConfig(branch_milestone=2, branch_plan=3, branch_start=1, branch_stride=1, branch_depth=30,
                         leaf_budget=120, randomize_pool=False, slot_alternatives=True, spine=True, trunk="greedy",
-                        lookahead=1)
+                        lookahead=1, lookahead_from=only)
     res = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
         tasks, specs, seed=3)
     by_id = {n.node_id: n for n in res.nodes}
@@ -401,7 +402,7 @@ def test_lookahead_branches_change_the_part_their_alternative_changed() -> None:
     for n in res.nodes:
         if n.n_siblings > 1:
             groups.setdefault((n.tree_id, n.parent_id), []).append(n)
-    focused = 0
+    focused, kinds = 0, set()
     for sibs in groups.values():
         drawn, *alts = sorted(sibs, key=lambda n: n.sibling_index)
         if _on_spine(by_id, drawn):
@@ -412,12 +413,15 @@ def test_lookahead_branches_change_the_part_their_alternative_changed() -> None:
         first = next(n for n in res.nodes if n.parent_id == up.parent_id and n.tree_id == up.tree_id
                      and n.sibling_index == 0)
         part = _changed_part(first, up)
+        kinds.add(up.kind)
         asked = [question_part(q) for q in drawn.sub_prompts]
         for alt in alts:
             if part in asked:
                 assert _changed_part(drawn, alt) == part
                 focused += 1
     assert focused >= 5
+    # lookahead_from milestone: only milestone alternatives branch again (at their plan)
+    assert kinds == ({"milestone", "plan"} if only == "any" else {"milestone"})
 
 
 def test_uncertainty_weights_are_one_minus_the_answer_probability() -> None:
