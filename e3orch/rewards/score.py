@@ -90,6 +90,19 @@ def _follows(path: list[str], first: dict[str, bool], branched: dict[str, bool],
     return True
 
 
+def _below_alternative(rows: list[dict[str, Any]]) -> list[bool]:
+    """Per decision, whether a decision above it was not its branch point's first child."""
+    by_id = {r["node_id"]: r for r in rows}
+    out = []
+    for r in rows:
+        up, below = by_id.get(r["parent_id"]), False
+        while up is not None and not below:
+            below = up["sibling_index"] > 0
+            up = by_id.get(up["parent_id"])
+        out.append(below)
+    return out
+
+
 def _after(path: list[str], node_id: str) -> list[str]:
     return list(path[path.index(node_id) + 1:])
 
@@ -100,7 +113,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
 
     ``lookahead`` (``rollout.lookahead``): continuation-judged estimators take the best
     continuation through a decision's next ``lookahead`` branch points (:func:`continuation_facts`;
-    ``lookahead_from``: ``rollout.lookahead_from``)."""
+    ``lookahead_from``: ``rollout.lookahead_from``). With lookahead, the decisions below an
+    alternative get advantage 0: their branches judge it and are off the greedy policy's path."""
     leaf = {r["leaf_id"]: r for r in leaves.iter_rows(named=True)}
     tree_costs: dict[str, list[float]] = defaultdict(list)
     for r in leaf.values():
@@ -144,6 +158,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
     elif needs == "continuation":
         aux = [max(reward_of(c)[3] for c in cands) for cands in continuation_facts(rows, facts, leaf, lookahead, lookahead_from)]
     adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
+    if lookahead:  # a lookahead branch is there to judge the alternative above it, not to train its own choices
+        adv = [0.0 if below else a for a, below in zip(adv, _below_alternative(rows))]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
     out = nodes.with_columns(

@@ -327,13 +327,16 @@ def test_lookahead_judges_each_decision_by_its_best_next_branch() -> None:
     assert adv("AD", same, 0)["p1"] == pytest.approx(-(r_ok - r_bad) / 2)
     look = adv("AD", same, 1)
     assert look["p1"] == 0.0 and look["p0"] == 0.0
-    # below the first branch point nothing changes: one leaf each, no branch point below them
-    assert look["r1"] == pytest.approx((r_ok - r_bad) / 2) and look["q0"] == pytest.approx((r_ok - r_bad) / 2)
+    # the spine's later comparison (q0 against q1) is judged as before; the lookahead branch below
+    # the alternative (r0, r1) only judges p1 and trains nothing itself
+    assert look["q0"] == pytest.approx((r_ok - r_bad) / 2) and look["r1"] == look["r0"] == 0.0
+    assert adv("AD", same, 0)["r1"] == pytest.approx((r_ok - r_bad) / 2)
     # the best continuation is the best reward, cost included: p1 at D (cost 1) against p0 at B (cost 2)
     look = adv("ABCD", {"A": 3.0, "B": 2.0, "C": 3.0, "D": 1.0}, 1)
     assert look["p1"] == pytest.approx(0.3 * (2.0 - 1.0) / 2) and look["p0"] == pytest.approx(-look["p1"])
     # lookahead_from milestone: plan decisions keep their greedy continuation, milestones look ahead
-    assert adv("AD", same, 1, "plan", "milestone") == adv("AD", same, 0)
+    greedy, plans = adv("AD", same, 0), adv("AD", same, 1, "plan", "milestone")
+    assert [plans[x] for x in ("p0", "p1", "q0", "q1")] == [greedy[x] for x in ("p0", "p1", "q0", "q1")]
     assert adv("AD", same, 1, "milestone", "milestone") == adv("AD", same, 1, "milestone")
     assert adv("AD", same, 1, "milestone", "milestone")["p1"] == 0.0
 
