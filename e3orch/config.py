@@ -329,6 +329,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.lookahead and not params.rollout.spine:
         raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
                           "(it lets the spine's alternatives branch again)")
+    if params.rollout.lookahead and params.rewards.estimator not in ("branch", "branch_first"):
+        raise ConfigError(f"{source}: rollout.lookahead: needs rewards.estimator: branch or branch_first "
+                          f"(the estimators that judge a decision by its continuation; got {params.rewards.estimator!r})")
     if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
         raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")

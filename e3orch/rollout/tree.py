@@ -33,8 +33,8 @@ one episode rather than at the early decisions of many. With ``rollout.lookahead
 alternative off the spine branches again at its next N branch points, so that every decision
 can be judged by its best continuation through them (rewards/score.py): "repair this part" is
 then compared with "move on" at the repair's best routing, not only at the greedy one. A
-decision with nothing to ask (the
-``per_part`` milestone once no part can still run) is forced and never branches.
+decision with nothing to ask (the ``per_part`` milestone once no part can still run) is forced
+and never branches.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently

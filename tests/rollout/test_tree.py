@@ -188,6 +188,9 @@ def test_lookahead_needs_the_spine() -> None:
 
     with pytest.raises(ConfigError, match="rollout.lookahead: needs rollout.spine"):
         parse_params({"rollout": {"lookahead": 1}})
+    with pytest.raises(ConfigError, match="rollout.lookahead: needs rewards.estimator: branch or branch_first"):
+        parse_params({"rollout": {"lookahead": 1, "spine": True}})
+    assert parse_params({"rollout": {"lookahead": 1, "spine": True}, "rewards": {"estimator": "branch"}}).rollout.lookahead == 1
 
 
 def _on_spine(by_id, n) -> bool:  # type: ignore[no-untyped-def]
