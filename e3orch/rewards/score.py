@@ -66,12 +66,12 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
     out = []
     for r, f in zip(rows, facts):
         nid = r["node_id"]
-        below = [x for x in r["leaves"] if x in leaf]
-        greedy = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, 0)]
+        below = {x: _after(leaf[x]["node_path"], nid) for x in r["leaves"] if x in leaf}
+        greedy = [x for x, path in below.items() if _follows(path, first, branched, 0)]
         if len(greedy) != 1:
             raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
         look = lookahead if lookahead_from in ("any", r["kind"]) else 0
-        cont = [x for x in below if _follows(_after(leaf[x]["node_path"], nid), first, branched, look)] if look else greedy
+        cont = [x for x, path in below.items() if _follows(path, first, branched, look)] if look else greedy
         out.append([NodeFacts(leaf_scores=[leaf[x]["score"]], leaf_costs=[leaf[x]["cost"]],
                               leaf_answered=[not leaf[x]["budget_failure"]], n_defects=f.n_defects,
                               cost_scale=f.cost_scale) for x in cont])

@@ -381,6 +381,15 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
 
 
+def _per_part_spine(policy: PolicyBackend, **options):  # type: ignore[no-untyped-def]
+    """A greedy spine with slot alternatives, per_part prompts, on factcheck and research train tasks."""
+    tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_milestone=2, branch_stride=1, branch_depth=30, randomize_pool=False,
+                        slot_alternatives=True, spine=True, trunk="greedy", **options)
+    return TreeRollout(policy, EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(tasks, specs, seed=3)
+
+
 def _changed_part(drawn, alt) -> str | None:  # type: ignore[no-untyped-def]
     """The part of the one question whose answer ``alt`` changed against its sibling ``drawn``."""
     def answers(n):  # type: ignore[no-untyped-def]
@@ -393,13 +402,8 @@ def _changed_part(drawn, alt) -> str | None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("only", ["any", "milestone"])
 def test_lookahead_branches_change_the_part_their_alternative_changed(only: str) -> None:
-    tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
-    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=2, branch_plan=3, branch_start=1, branch_stride=1, branch_depth=30,
-                        leaf_budget=120, randomize_pool=False, slot_alternatives=True, spine=True, trunk="greedy",
-                        lookahead=1, lookahead_from=only)
-    res = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
-        tasks, specs, seed=3)
+    res = _per_part_spine(PerPartRulePolicy(), branch_plan=3, branch_start=1, leaf_budget=120, lookahead=1,
+                          lookahead_from=only)
     by_id = {n.node_id: n for n in res.nodes}
     groups: dict[tuple[str, str], list] = {}
     for n in res.nodes:
@@ -461,13 +465,7 @@ def _unsure(state: str) -> bool:
 
 @pytest.mark.parametrize("how", ["random", "uncertain"])
 def test_uncertain_alternatives_flip_the_part_the_policy_is_least_sure_of(how: str) -> None:
-    tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
-    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=2, branch_plan=2, branch_start=0, branch_stride=1, branch_depth=30,
-                        leaf_budget=24, randomize_pool=False, slot_alternatives=True, spine=True, trunk="greedy",
-                        alternative_slot=how)
-    res = TreeRollout(UnsurePerPartPolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
-        tasks, specs, seed=3)
+    res = _per_part_spine(UnsurePerPartPolicy(), branch_plan=2, branch_start=0, leaf_budget=24, alternative_slot=how)
     flipped_states = []
     groups: dict[tuple[str, str], list] = {}
     for n in res.nodes:
