@@ -232,6 +232,10 @@ class TrainConfig(_Section):
     rounds: int = Field(6, ge=0)
     lr: float = Field(2e-5, gt=0)
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="upper clip range (DAPO's clip-higher): a token's ratio may rise to 1 + clip_eps_high "
+                                "in a round; None: clip_eps. A rare action (a scored slot alternative at probability "
+                                "1e-4) rises at most 1 + clip_eps per round under symmetric clipping")
     kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator, capped at 10 per token)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     ppo_epochs: int = Field(1, ge=1, description="passes over each round's decisions")

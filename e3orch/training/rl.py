@@ -52,6 +52,7 @@ def clipped_pg_loss(
     weight: torch.Tensor,        # [B] per-decision weights (sum to 1 over the batch)
     *,
     clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,  # upper clip range (DAPO's clip-higher); None: clip_eps
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,  # [B, K] token entropies (optional bonus)
     entropy_coef: float = 0.0,
@@ -60,7 +61,8 @@ def clipped_pg_loss(
     log_ratio = (new_lp - old_lp) * mask
     ratio = torch.exp(log_ratio)
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high) * adv
     tok = -torch.minimum(unclipped, clipped)
     kl_tok = k3_kl(ref_lp, new_lp, mask) if ref_lp is not None else None
     if kl_tok is not None and kl_coef > 0:
@@ -73,7 +75,8 @@ def clipped_pg_loss(
     with torch.no_grad():
         kl = float((kl_tok * mask).sum() / mask.sum().clamp(min=1)) if kl_tok is not None else 0.0
         ent = float((entropy * mask).sum() / mask.sum().clamp(min=1)) if entropy is not None else 0.0
-        clip_frac = float((((ratio - 1).abs() > clip_eps).float() * mask).sum() / mask.sum().clamp(min=1))
+        outside = (ratio < 1 - clip_eps) | (ratio > 1 + high)
+        clip_frac = float((outside.float() * mask).sum() / mask.sum().clamp(min=1))
         pg = float(((-torch.minimum(unclipped, clipped) * mask).sum(1) / n_tok * weight).sum())
         ratio_mean = float((ratio * mask).sum() / mask.sum().clamp(min=1))
     return LossParts(loss, pg, kl, ent, clip_frac, ratio_mean)

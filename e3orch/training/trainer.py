@@ -366,7 +366,8 @@ class RLTrainer:
                                 ref_lp = completion_logprobs(self.ref, batch)
                         parts = clipped_pg_loss(
                             new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],
-                            batch["weight"], clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                            batch["weight"], clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
+                            kl_coef=cfg.kl_coef,
                             entropy=entropy, entropy_coef=cfg.entropy_coef,
                         )
                         self.acc.backward(parts.loss)

@@ -12,8 +12,9 @@ from e3orch.training.data import Example, collate, make_batches
 from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss
 
 
-def reference_loss(new, old, ref, adv, mask, weight, clip, beta):  # type: ignore[no-untyped-def]
+def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None):  # type: ignore[no-untyped-def]
     """Token by token, decision by decision — the definition, no vectorisation."""
+    high = clip if clip_high is None else clip_high
     total = 0.0
     for b in range(len(adv)):
         toks = []
@@ -21,7 +22,7 @@ def reference_loss(new, old, ref, adv, mask, weight, clip, beta):  # type: ignor
             if not mask[b][t]:
                 continue
             ratio = math.exp(new[b][t] - old[b][t])
-            pg = -min(ratio * adv[b], max(1 - clip, min(1 + clip, ratio)) * adv[b])
+            pg = -min(ratio * adv[b], max(1 - clip, min(1 + high, ratio)) * adv[b])
             d = ref[b][t] - new[b][t]
             toks.append(pg + beta * min(KL_TOKEN_MAX, math.exp(d) - d - 1))
         total += weight[b] * (sum(toks) / max(1, len(toks)))
@@ -43,6 +44,33 @@ def test_clipped_pg_matches_plain_loop() -> None:
     expected = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), weight.tolist(), 0.2, 0.05)
     assert float(parts.loss) == pytest.approx(expected, rel=1e-5)
     assert 0.0 <= parts.clip_frac <= 1.0 and parts.kl >= 0.0
+
+
+@pytest.mark.parametrize("high", [0.2, 0.28, 4.0])
+def test_clip_higher_matches_plain_loop(high: float) -> None:
+    g = torch.Generator().manual_seed(1)
+    B, K = 6, 5
+    new = torch.randn(B, K, generator=g) - 2.0
+    old = new - torch.rand(B, K, generator=g) * 3.0  # ratios from 1 to e^3: past 1.2, some past 5
+    ref = new + torch.randn(B, K, generator=g) * 0.2
+    adv = torch.tensor([1.0, -0.5, 0.0, 2.0, -1.5, 0.7])
+    mask, weight = torch.ones(B, K), torch.full((B,), 1 / B)
+    parts = clipped_pg_loss(new, old, ref, adv, mask, weight, clip_eps=0.2, clip_eps_high=high, kl_coef=0.05)
+    expected = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), weight.tolist(),
+                              0.2, 0.05, clip_high=high)
+    assert float(parts.loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_clip_higher_lets_a_rare_good_token_keep_rising() -> None:
+    # a slot alternative the policy gave probability 1e-4 did better: once its ratio is past 1.2,
+    # symmetric clipping stops its gradient; with clip_eps_high 4 it keeps rising up to 5x
+    old = torch.tensor([[math.log(1e-4)]])
+    for ratio, high, moves in ((1.5, None, False), (1.5, 4.0, True), (6.0, 4.0, False)):
+        new = (old + math.log(ratio)).clone().requires_grad_(True)
+        clipped_pg_loss(new, old, None, torch.tensor([1.0]), torch.ones(1, 1), torch.ones(1),
+                        clip_eps=0.2, clip_eps_high=high).loss.backward()
+        assert new.grad is not None
+        assert (new.grad.item() < 0) == moves  # a negative gradient of the loss raises the token
 
 
 def test_kl_of_a_token_pushed_far_below_the_reference_is_capped_and_adds_no_gradient() -> None:
