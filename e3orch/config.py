@@ -259,6 +259,14 @@ class TrainConfig(_Section):
                             "less accurate than the warm start (efficient)")
     select_tolerance: float = Field(
         0.01, ge=0, le=1, description="select: efficient — validation accuracy a round may lose against the warm start")
+    hold_accuracy: float | None = Field(
+        None, ge=0, le=1,
+        description="keep validation accuracy as a constraint: a round at most this much less accurate than the warm "
+                    "start on every validation pool is kept and the cost weight (rewards.w_cost) grows by w_cost_up; a "
+                    "round below that is undone (weights back to the last kept round, optimizer moments reset) and the "
+                    "cost weight shrinks by w_cost_down. None: every round is kept at a fixed cost weight")
+    w_cost_up: float = Field(1.25, ge=1, description="hold_accuracy: cost-weight factor after a kept round")
+    w_cost_down: float = Field(0.5, gt=0, le=1, description="hold_accuracy: cost-weight factor after an undone round")
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
     out_dir: str = "models/policy"
     seed: int = 0
@@ -267,6 +275,8 @@ class TrainConfig(_Section):
     def _check(self) -> TrainConfig:
         if self.select != "last" and not self.validate_rounds:
             raise ValueError(f"select: {self.select!r} picks by validation figures; set train.validate_rounds: true")
+        if self.hold_accuracy is not None and not self.validate_rounds:
+            raise ValueError("hold_accuracy judges every round on the validation split; set train.validate_rounds: true")
         if len(set(self.validate_pools)) != len(self.validate_pools):
             raise ValueError(f"validate_pools: {self.validate_pools} names a pool kind twice")
         return self

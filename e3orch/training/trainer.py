@@ -72,12 +72,26 @@ class RoundMetrics:
     val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
     val_cost: float | None = None
     val_pools: dict[str, dict[str, float]] | None = None  # per train.validate_pools kind: {"accuracy", "cost"}
+    w_cost: float | None = None      # the cost weight this round's rewards used (train.hold_accuracy)
+    kept: bool | None = None         # train.hold_accuracy: whether the round was kept or undone
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
         return {k: v for k, v in d.items() if v is not None}
+
+
+def _pool_figures(v: dict[str, Any], first: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """A validation entry's figures per pool kind (one unnamed pool when the run has no per-pool figures)."""
+    return v["val_pools"] if first.get("val_pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
+
+
+def holds_accuracy(entry: dict[str, Any], first: dict[str, Any], tolerance: float) -> bool:
+    """Whether a validation entry is at most ``tolerance`` less accurate than ``first`` (the warm
+    start's entry) on every pool kind both were validated on."""
+    base, own = _pool_figures(first, first), _pool_figures(entry, first)
+    return all(own[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
 
 
 def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: float = 0.01) -> dict[str, Any] | None:
@@ -89,29 +103,23 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     over the warm start's on any pool: it must be more efficient everywhere to count as more
     efficient. Otherwise (``best``) the most accurate; of equally accurate ones the cheaper. Full
     ties: the earlier."""
+    validation = [v for v in validation if v.get("kept", True)]  # an undone round's weights are gone (hold_accuracy)
     if not validation:
         return None
     if select == "efficient":
         first = validation[0]
 
-        def figures(v: dict[str, Any]) -> dict[str, dict[str, float]]:
-            return v["val_pools"] if first.get("val_pools") else {"": {"accuracy": v["val_accuracy"], "cost": v["val_cost"]}}
-
         def ie(f: dict[str, float]) -> float:
             return f["accuracy"] / f["cost"] if f["cost"] > 0 else float("inf")
 
-        base = figures(first)
+        base = _pool_figures(first, first)
         base_ie = {k: ie(f) for k, f in base.items()}
 
-        def eligible(v: dict[str, Any]) -> bool:
-            own = figures(v)
-            return all(own[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
-
         def score(v: dict[str, Any]) -> float:
-            own = figures(v)
+            own = _pool_figures(v, first)
             return min(ie(own[k]) / base_ie[k] if 0 < base_ie[k] < float("inf") else ie(own[k]) for k in base)
 
-        return max((v for v in validation if eligible(v)), key=score)
+        return max((v for v in validation if holds_accuracy(v, first, tolerance)), key=score)
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
@@ -187,6 +195,8 @@ class RLTrainer:
         self.backend = self._make_backend()
         self.round = 0
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
+        self.w_cost = params.rewards.w_cost  # moves with train.hold_accuracy
+        self.kept_weights: dict[str, torch.Tensor] | None = None  # train.hold_accuracy: the last kept round's
 
     # -- rollout engine ----------------------------------------------------------------------
     def _make_backend(self) -> Any:
@@ -236,6 +246,7 @@ class RLTrainer:
                 self.acc.load_state(str(self.ckpt / "state"))
                 self.round = int(info["next_round"])
                 self.validation = info.get("validation", [])
+                self.w_cost = float(info.get("w_cost", self.w_cost))
                 log.warning("resumed from %s at round %d", self.ckpt, self.round)
             else:
                 log.warning("ignoring %s: it belongs to another warm start or other params", self.ckpt)
@@ -255,7 +266,7 @@ class RLTrainer:
             tmp = self.ckpt / "round.json.tmp"
             tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir),
                                        "fingerprint": self.fingerprint(), "best": self.best,
-                                       "validation": self.validation}))
+                                       "validation": self.validation, "w_cost": self.w_cost}))
             tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
 
     # -- validation and round selection -------------------------------------------------------
@@ -326,6 +337,32 @@ class RLTrainer:
         """The best validation entry so far (:func:`select_round`)."""
         return select_round(self.validation, self.cfg.select, self.cfg.select_tolerance)
 
+    # -- accuracy as a constraint (train.hold_accuracy) ----------------------------------------
+    def remember_weights(self) -> None:
+        """Keep a copy of the current weights: what an undone round goes back to."""
+        model = self.acc.unwrap_model(self.model)
+        self.kept_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def hold(self, entry: dict[str, Any]) -> bool:
+        """After a round's validation (``entry``, :meth:`validate`'s figures): keep the round when it is at most
+        ``train.hold_accuracy`` less accurate than the warm start on every validation pool and grow
+        the cost weight by ``w_cost_up``; otherwise put the last kept weights back, reset the
+        optimizer's moments (they point where the undone step went) and shrink the cost weight by
+        ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
+        accuracy allows. Every process takes the same decision (the figures are gathered)."""
+        assert self.cfg.hold_accuracy is not None and self.validation
+        kept = holds_accuracy({"round": self.round, **entry}, self.validation[0], self.cfg.hold_accuracy)
+        if kept:
+            self.remember_weights()
+            self.w_cost *= self.cfg.w_cost_up
+        else:
+            if self.kept_weights is not None:
+                self.acc.unwrap_model(self.model).load_state_dict(self.kept_weights)
+                getattr(self.opt, "optimizer", self.opt).state.clear()
+                self.sync_weights()
+            self.w_cost *= self.cfg.w_cost_down
+        return kept
+
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
         engine = TreeRollout.from_params(self.backend, self.params)
@@ -392,7 +429,8 @@ class RLTrainer:
         res = self.rollout(mine, specs)
         t = time.perf_counter()
         leaves = leaves_frame(res.leaves)
-        scored = score_nodes(nodes_frame(res.nodes), leaves, self.params.rewards,
+        rewards = self.params.rewards.model_copy(update={"w_cost": self.w_cost})
+        scored = score_nodes(nodes_frame(res.nodes), leaves, rewards,
                              self.params.rollout.lookahead, self.params.rollout.lookahead_from)
         t_score = time.perf_counter() - t
         return self._update_round(scored, leaves, rollout=res, t_score=t_score)
@@ -477,7 +515,8 @@ class RLTrainer:
                 out[k] = out[k] / len(parts)
         return out
 
-    def save_policy(self, out_dir: str | Path, name: str = "e3orch", **meta: Any) -> Path:
+    def save_policy(self, out_dir: str | Path, name: str = "e3orch", rounds: int | None = None, **meta: Any) -> Path:
+        """The current weights as a policy directory; ``rounds``: the round they are from (default: the current one)."""
         out = Path(out_dir)
         self.acc.wait_for_everyone()
         state_dict = self.acc.get_state_dict(self.model)  # collective: gathers sharded (FSDP) weights
@@ -485,7 +524,7 @@ class RLTrainer:
             from e3orch.policy.model import save_policy_dir
 
             save_policy_dir(self.acc.unwrap_model(self.model), self.tokenizer, out, self.init_dir, state_dict=state_dict,
-                            name=name, rounds=self.round, init=str(self.init_dir), **meta)
+                            name=name, rounds=self.round if rounds is None else rounds, init=str(self.init_dir), **meta)
         self.acc.wait_for_everyone()
         return out
 
@@ -527,6 +566,9 @@ def train_rl(
 
     def validate() -> dict[str, Any]:
         figures = trainer.validate(val_tasks, specs)
+        if cfg.hold_accuracy is not None and trainer.validation:  # a round, not the warm start
+            used = trainer.w_cost  # the weight this round's rewards had; hold() moves it
+            figures = {**figures, "kept": trainer.hold(figures), "w_cost": used}
         trainer.consider(figures)
         if on_validation:
             on_validation(trainer.validation[-1])
@@ -537,7 +579,10 @@ def train_rl(
     elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
         on_validation(trainer.validation[0])
     history: list[RoundMetrics] = []
+    if cfg.hold_accuracy is not None:
+        trainer.remember_weights()  # the warm start, or the resumed run's last kept round
     while trainer.round < cfg.rounds:
+        w_cost = trainer.w_cost
         if trainer.round == 0 and first_scored is not None:
             m = trainer.update_from_scored(first_scored, first_leaves)
         else:
@@ -545,6 +590,8 @@ def train_rl(
         if cfg.validate_rounds:
             figures = validate()
             m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
+        if cfg.hold_accuracy is not None:
+            m.w_cost, m.kept = w_cost, trainer.validation[-1]["kept"]
         trainer.save_checkpoint()
         history.append(m)
         if on_round:
@@ -558,7 +605,8 @@ def train_rl(
             shutil.copytree(trainer.ckpt / "best", out)
         trainer.acc.wait_for_everyone()
     else:
-        meta: dict[str, Any] = ({"val_accuracy": history[-1].val_accuracy, "val_cost": history[-1].val_cost}
-                                if history and history[-1].val_accuracy is not None else {})
-        trainer.save_policy(out, **meta)
+        kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy)
+        meta: dict[str, Any] = ({"val_accuracy": kept[-1]["val_accuracy"], "val_cost": kept[-1]["val_cost"]}
+                                if history and kept else {})
+        trainer.save_policy(out, rounds=kept[-1]["round"] if kept else None, **meta)
     return out, history

@@ -141,3 +141,69 @@ def test_select_best_without_validation_is_a_one_line_error(pipeline: Path, caps
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart")]) != 0
     err = capsys.readouterr().err
     assert "train" in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1
+
+
+def test_hold_accuracy_undoes_a_round_that_loses_accuracy_and_moves_the_cost_weight(pipeline: Path) -> None:
+    """train.hold_accuracy on the trainer itself: a round below the warm start's accuracy minus the
+    tolerance gets the last kept weights back exactly, fresh optimizer moments and half the cost
+    weight; a round at the floor is kept, becomes what later rounds go back to, and grows it."""
+    from e3orch.config import load_params
+    from e3orch.training.trainer import RLTrainer
+
+    params = load_params(write_tiny_params(pipeline / "hold", train={"hold_accuracy": 0.01, "validate_rounds": True, "w_cost_up": 1.25,
+                                                                      "w_cost_down": 0.5, "lr": 0.01}))
+    trainer = RLTrainer(params, pipeline / "models/warmstart")
+    model = trainer.acc.unwrap_model(trainer.model)
+    warm = {k: v.clone() for k, v in model.state_dict().items()}
+    w0 = trainer.w_cost
+    trainer.validation = [{"round": 0, "val_accuracy": 0.60, "val_cost": 3.0}]
+    trainer.remember_weights()
+
+    def step() -> None:  # one real optimizer step, so the weights move and Adam has moments
+        trainer.opt.zero_grad()
+        sum(p.square().sum() for p in model.parameters()).backward()
+        trainer.opt.step()
+
+    step()
+    assert any(not torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    assert trainer.hold({"val_accuracy": 0.585, "val_cost": 2.0}) is False  # 1.5 points below: undone
+    assert all(torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    assert len(getattr(trainer.opt, "optimizer", trainer.opt).state) == 0
+    assert trainer.w_cost == pytest.approx(w0 * 0.5)
+
+    step()
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert trainer.hold({"val_accuracy": 0.59, "val_cost": 2.5}) is True  # exactly at the floor: kept
+    assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25)
+    step()
+    assert trainer.hold({"val_accuracy": 0.50, "val_cost": 1.0}) is False  # goes back to the kept round, not the warm start
+    assert all(torch.equal(v, moved[k]) for k, v in model.state_dict().items())
+    assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25 * 0.5)
+
+
+def test_hold_accuracy_run_records_each_rounds_cost_weight(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the CLI: every round's metrics and validation entry carry the cost weight its rewards
+    used and whether it was kept; at tolerance 1 every round is kept and the weight grows each time."""
+    from e3orch.config import load_params
+
+    root = pipeline / "hold-run"
+    params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
+                               train={"rounds": 2, "validate_rounds": True, "validate_pools": ["training"],
+                                      "hold_accuracy": 1.0, "select": "last", "checkpoint_dir": str(root / "ckpt")})
+    out = root / "rounds.json"
+    assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"), "--no-resume",
+                 "--out", str(root / "policy"), "--metrics", str(out)]) == 0
+    rounds = json.loads(out.read_text())
+    w0 = load_params(params).rewards.w_cost
+    assert [(r["w_cost"], r["kept"]) for r in rounds] == [(pytest.approx(w0), True), (pytest.approx(w0 * 1.25), True)]
+    info = json.loads((root / "ckpt/round.json").read_text())
+    assert info["w_cost"] == pytest.approx(w0 * 1.25 ** 2)
+    assert [v.get("kept") for v in info["validation"]] == [None, True, True]
+    assert "kept" in capsys.readouterr().out
+
+
+def test_hold_accuracy_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = write_tiny_params(pipeline, train={"hold_accuracy": 0.01, "validate_rounds": False, "select": "last"})
+    assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart")]) != 0
+    err = capsys.readouterr().err
+    assert "hold_accuracy" in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1
