@@ -60,3 +60,12 @@ def test_efficient_with_pools_takes_the_smallest_gain_over_pools_and_holds_accur
     assert select_round([POOLS[0], POOLS[1], POOLS[3]], "efficient")["round"] == 3  # type: ignore[index]
     # best ignores the per-pool figures: the most accurate pooled
     assert select_round(POOLS, "best")["round"] == 3  # type: ignore[index]
+
+
+def test_an_undone_round_is_never_written() -> None:
+    """train.hold_accuracy: a round whose weights were undone (``kept: False``) is not a candidate,
+    however its figures compare; the warm start's entry carries no flag and counts as kept."""
+    undone = [VAL[0], {**VAL[5], "kept": False}, {**VAL[3], "kept": True}, {**VAL[2], "kept": False}]
+    assert select_round(undone, "best")["round"] == 0  # type: ignore[index]  # round 5 (most accurate) is gone
+    assert select_round(undone, "efficient", 0.01)["round"] == 3  # type: ignore[index]
+    assert select_round(undone, "efficient", 0.0)["round"] == 0  # type: ignore[index]  # round 2 is gone
