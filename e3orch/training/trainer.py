@@ -561,6 +561,11 @@ def train_rl(
     if cfg.validate_rounds and not val_tasks:
         raise ValueError("train.validate_rounds: no validation tasks; set prepare.val_per_domain > 0 and run `e3orch prepare`")
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
+    from accelerate import DistributedType
+
+    if cfg.hold_accuracy is not None and trainer.acc.distributed_type == DistributedType.FSDP:
+        raise ValueError("train.hold_accuracy keeps and restores each process's whole weights, which FSDP shards; "
+                         "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process")
     if resume:
         trainer.resume()
 
