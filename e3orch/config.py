@@ -118,6 +118,12 @@ class PolicyConfig(_Section):
     tokenizer_tasks: int = Field(200, ge=10, description="train tasks whose demonstrations train the tokenizer")
 
 
+def lookahead_at(lookahead: int, lookahead_from: str, kind: str) -> int:
+    """``rollout.lookahead`` for a decision of ``kind`` (milestone or plan): all of it when
+    ``rollout.lookahead_from`` is any or that kind, else 0 (judged by its greedy continuation)."""
+    return lookahead if lookahead_from in ("any", kind) else 0
+
+
 class RolloutConfig(_Section):
     """Tree-structured rollouts: branch at milestone and plan decisions."""
 
@@ -166,6 +172,10 @@ class RolloutConfig(_Section):
         if max(self.branch_milestone, self.branch_plan) > self.leaf_budget:
             raise ValueError("leaf_budget: must be >= branch_milestone and branch_plan (raise leaf_budget)")
         return self
+
+    def lookahead_at(self, kind: str) -> int:
+        """Branch points an alternative of a ``kind`` decision looks ahead (:func:`lookahead_at`)."""
+        return lookahead_at(self.lookahead, self.lookahead_from, kind)
 
 
 class RewardsConfig(_Section):

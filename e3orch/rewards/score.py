@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from e3orch.config import RewardsConfig
+from e3orch.config import RewardsConfig, lookahead_at
 from e3orch.rewards.advantages import ESTIMATOR_AUX, NodeKey, get_estimator
 from e3orch.rewards.terms import NodeFacts, make_terms, total_reward
 from e3orch.rollout.records import SCORED_SCHEMA
@@ -70,7 +70,7 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
         greedy = [x for x, path in below.items() if _follows(path, first, branched, 0)]
         if len(greedy) != 1:
             raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
-        look = lookahead if lookahead_from in ("any", r["kind"]) else 0
+        look = lookahead_at(lookahead, lookahead_from, r["kind"])
         cont = [x for x, path in below.items() if _follows(path, first, branched, look)] if look else greedy
         out.append([NodeFacts(leaf_scores=[leaf[x]["score"]], leaf_costs=[leaf[x]["cost"]],
                               leaf_answered=[not leaf[x]["budget_failure"]], n_defects=f.n_defects,

@@ -252,7 +252,7 @@ class TreeRollout:
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
                             list(path.node_path), path.calls, spine=path.spine and j == 0,
-                            look=_look(path, j, self.cfg.lookahead if self.cfg.lookahead_from in ("any", kind) else 0),
+                            look=_look(path, j, self.cfg.lookahead_at(kind)),
                             focus=part if path.spine and j else path.focus)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,

@@ -351,7 +351,7 @@ class RLTrainer:
         ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
         accuracy allows. Every process takes the same decision (the figures are gathered)."""
         assert self.cfg.hold_accuracy is not None and self.validation
-        kept = holds_accuracy({"round": self.round, **entry}, self.validation[0], self.cfg.hold_accuracy)
+        kept = holds_accuracy(entry, self.validation[0], self.cfg.hold_accuracy)
         if kept:
             self.remember_weights()
             self.w_cost *= self.cfg.w_cost_up
@@ -587,7 +587,6 @@ def train_rl(
     if cfg.hold_accuracy is not None:
         trainer.remember_weights()  # the warm start, or the resumed run's last kept round
     while trainer.round < cfg.rounds:
-        w_cost = trainer.w_cost
         if trainer.round == 0 and first_scored is not None:
             m = trainer.update_from_scored(first_scored, first_leaves)
         else:
@@ -596,7 +595,7 @@ def train_rl(
             figures = validate()
             m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
         if cfg.hold_accuracy is not None:
-            m.w_cost, m.kept = w_cost, trainer.validation[-1]["kept"]
+            m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
         trainer.save_checkpoint()
         history.append(m)
         if on_round:
