@@ -58,3 +58,65 @@ def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
 
     warm = AutoModelForCausalLM.from_pretrained(tmp_path / "models/warmstart")
     assert float(sum(p.detach().double().sum() for p in warm.parameters())) != a  # the update changed the weights
+
+
+HOLD_SCRIPT = """
+import json, sys
+import torch
+from e3orch.config import load_params
+from e3orch.training.trainer import RLTrainer
+
+params, init, out = sys.argv[1:]
+trainer = RLTrainer(load_params(params), init)
+acc = trainer.acc
+trainer.validation = [{"round": 0, "val_accuracy": 0.6, "val_cost": 3.0}]
+trainer.remember_weights()
+
+def step():  # one real DDP step: a forward through the wrapped model, gradients all-reduced
+    trainer.opt.zero_grad()
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(acc.process_index))
+    acc.backward(trainer.model(input_ids=ids).logits.float().square().mean())
+    trainer.opt.step()
+
+def sums():
+    return [float(x) for x in acc.gather(torch.tensor([trainer.param_checksum()], dtype=torch.float64)).tolist()]
+
+warm = sums()
+step()
+moved = sums()
+undone = trainer.hold({"val_accuracy": 0.5, "val_cost": 2.0})
+back = sums()
+opt_state = len(getattr(trainer.opt, "optimizer", trainer.opt).state)
+step()
+after = sums()
+if acc.is_main_process:
+    json.dump({"n": acc.num_processes, "warm": warm, "moved": moved, "undone": undone, "back": back,
+               "after": after, "opt_state": opt_state}, open(out, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_an_undone_round_restores_the_same_weights_on_both_processes(tmp_path: Path) -> None:
+    """train.hold_accuracy under two gloo processes: the undo puts the last kept weights back on
+    each replica, exactly, with fresh optimizer moments, so the same DDP step from there lands on
+    the same weights again, on both."""
+    params = write_tiny_params(tmp_path, train={"hold_accuracy": 0.01, "validate_rounds": True, "lr": 0.01},
+                               warmstart={"dagger_rounds": 0})
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["warmstart", "--params", str(params)]) == 0
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_SCRIPT)
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0"}
+    proc = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", str(script), str(params),
+         str(tmp_path / "models/warmstart"), str(tmp_path / "hold.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "hold.json").read_text())
+    assert r["n"] == 2 and r["undone"] is False and r["opt_state"] == 0
+    assert r["warm"][0] == r["warm"][1] and r["moved"][0] == r["moved"][1]
+    assert r["moved"][0] != r["warm"][0]  # the step moved the weights (gradients from different batches, averaged)
+    assert r["back"] == r["warm"]  # exactly the kept weights again, on both processes
+    assert r["after"] == r["moved"]  # fresh Adam moments and step count: the first step, repeated exactly
