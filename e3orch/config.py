@@ -173,10 +173,6 @@ class RolloutConfig(_Section):
             raise ValueError("leaf_budget: must be >= branch_milestone and branch_plan (raise leaf_budget)")
         return self
 
-    def lookahead_at(self, kind: str) -> int:
-        """Branch points an alternative of a ``kind`` decision looks ahead (:func:`lookahead_at`)."""
-        return lookahead_at(self.lookahead, self.lookahead_from, kind)
-
 
 class RewardsConfig(_Section):
     """Decision-level rewards and advantages."""

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from e3orch.config import EngineConfig, RolloutConfig
+from e3orch.config import EngineConfig, RolloutConfig, lookahead_at
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool, build_pool
@@ -252,7 +252,7 @@ class TreeRollout:
                         child = path if k == 1 else _Path(
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
                             list(path.node_path), path.calls, spine=path.spine and j == 0,
-                            look=_look(path, j, self.cfg.lookahead_at(kind)),
+                            look=_look(path, j, lookahead_at(self.cfg.lookahead, self.cfg.lookahead_from, kind)),
                             focus=part if path.spine and j else path.focus)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
