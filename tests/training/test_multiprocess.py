@@ -16,30 +16,30 @@ from e3orch.cli import main
 from e3orch.config import load_params
 
 
+def two_processes(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``torchrun`` with two CPU processes on ``args`` (a script, or ``-m module ...``), one
+    thread each, tracking off unless ``env`` says otherwise; it must succeed."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    proc = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", *args], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0", **env}, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.slow
 def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
     params = write_tiny_params(tmp_path, train={"rounds": 1}, warmstart={"dagger_tasks": 4})
     assert main(["prepare", "--params", str(params)]) == 0
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0"}
     # warm start with a correction round: each process runs 2 of the 4 tasks, both train on all labels
-    proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "warmstart", "--params", str(params),
-         "--metrics", str(tmp_path / "ws.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    two_processes("-m", "e3orch.cli", "warmstart", "--params", str(params), "--metrics", str(tmp_path / "ws.json"))
     (r,) = json.loads((tmp_path / "ws.json").read_text())["corrections"]
     assert r["tasks"] == 4 and r["decisions"] > 0
     # RL with tracking on: one stage run for the launch, not one per process
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "e3orch.cli", "train", "--params", str(params),
-         "--no-resume", "--metrics", str(tmp_path / "rounds.json")],
-        cwd=REPO, env={**env, "E3ORCH_TRACKING": "1", "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = two_processes("-m", "e3orch.cli", "train", "--params", str(params), "--no-resume",
+                         "--metrics", str(tmp_path / "rounds.json"), E3ORCH_TRACKING="1", MLFLOW_TRACKING_URI=uri)
     assert proc.stdout.count("wrote ") == 1  # the report, from the main process only
     from mlflow import MlflowClient
 
@@ -106,14 +106,7 @@ def test_an_undone_round_restores_the_same_weights_on_both_processes(tmp_path: P
     assert main(["warmstart", "--params", str(params)]) == 0
     script = tmp_path / "hold.py"
     script.write_text(HOLD_SCRIPT)
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "E3ORCH_TRACKING": "0"}
-    proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", str(script), str(params),
-         str(tmp_path / "models/warmstart"), str(tmp_path / "hold.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    two_processes(str(script), str(params), str(tmp_path / "models/warmstart"), str(tmp_path / "hold.json"))
     r = json.loads((tmp_path / "hold.json").read_text())
     assert r["n"] == 2 and r["undone"] is False and r["opt_state"] == 0
     assert r["warm"][0] == r["warm"][1] and r["moved"][0] == r["moved"][1]
