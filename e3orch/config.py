@@ -141,6 +141,10 @@ class RolloutConfig(_Section):
     shared_noise: bool = Field(
         False, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
         "draws the same seed (the same subtask on the same executor gives the same result)")
+    common_executor_noise: bool = Field(
+        False, description="with shared_noise: a subtask's noise does not depend on the executor it goes to, so "
+        "paths that send the same part to different executors compare them on the same draw (a simulated executor "
+        "succeeds wherever a weaker one at that skill does); rollouts only, evaluation keeps independent draws")
     slot_alternatives: bool = Field(
         False, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
         "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
@@ -171,6 +175,8 @@ class RolloutConfig(_Section):
     def _check(self) -> RolloutConfig:
         if max(self.branch_milestone, self.branch_plan) > self.leaf_budget:
             raise ValueError("leaf_budget: must be >= branch_milestone and branch_plan (raise leaf_budget)")
+        if self.common_executor_noise and not self.shared_noise:
+            raise ValueError("common_executor_noise: needs rollout.shared_noise: true (without it siblings draw their own noise)")
         return self
 
 

@@ -101,6 +101,14 @@ def test_alternative_slot_needs_slot_alternatives() -> None:
     assert parse_params(ok).rollout.alternative_slot == "uncertain"
 
 
+def test_common_executor_noise_needs_shared_noise() -> None:
+    msg = _error({"rollout": {"common_executor_noise": True}})
+    assert msg.endswith("rollout.common_executor_noise: needs rollout.shared_noise: true "
+                        "(without it siblings draw their own noise)")
+    ok = {"rollout": {"common_executor_noise": True, "shared_noise": True}}
+    assert parse_params(ok).rollout.common_executor_noise
+
+
 def test_slot_alternatives_need_the_factored_prompt() -> None:
     msg = _error({"rollout": {"slot_alternatives": True}})
     assert "rollout.slot_alternatives" in msg and "policy.prompt: factored" in msg and "'compact'" in msg

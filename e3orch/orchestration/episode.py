@@ -79,6 +79,7 @@ class EpisodeState:
     cfg: EngineConfig
     seed: int = 0
     branch: str = ""  # suffix of the execution seeds: siblings of a rollout tree draw independent noise
+    executor_noise: bool = True  # False: a subtask's noise does not depend on its executor (run_plan's seed_by_executor)
     milestones: list[MilestoneRecord] = field(default_factory=list)
     workspace: dict[str, str] = field(default_factory=dict)
     pending: MilestoneDecision | None = None
@@ -189,6 +190,7 @@ class EpisodeState:
             seed=stable_seed(self.seed, self.task.task_id, len(self.milestones), self.branch),
             concurrency=self.cfg.concurrency,
             timeout_s=self.cfg.subtask_timeout_s,
+            seed_by_executor=self.executor_noise,
         )
         rec = MilestoneRecord(
             text=self.pending.text,

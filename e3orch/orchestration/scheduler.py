@@ -74,8 +74,14 @@ async def run_plan(
     seed: int = 0,
     concurrency: int = 16,
     timeout_s: float = 120.0,
+    seed_by_executor: bool = True,
 ) -> PlanRun:
-    """Execute ``plan`` on ``pool``; never raises for executor-side failures."""
+    """Execute ``plan`` on ``pool``; never raises for executor-side failures.
+
+    A subtask's execution seed derives from ``seed``, its id, its instruction and, unless
+    ``seed_by_executor`` is false, its executor. Without the executor, the same subtask sent to two
+    executors draws the same noise: a simulated executor then succeeds wherever a weaker one at
+    that skill does (common random numbers across executors)."""
     t0 = time.perf_counter()
     by_id = {s.id: s for s in plan.subtasks}
     done: dict[str, asyncio.Future[ExecutionResult]] = {
@@ -98,7 +104,8 @@ async def run_plan(
                 context=tuple((r.id, r.output) for r in dep_results),
                 task=task,
                 state=state,
-                seed=stable_seed(seed, sid, sub.executor, sub.instruction),
+                seed=(stable_seed(seed, sid, sub.executor, sub.instruction) if seed_by_executor
+                      else stable_seed(seed, sid, sub.instruction)),
             )
             if sub.executor not in pool:
                 res = ExecutionResult(sid, sub.executor, False, error=f"unknown executor {sub.executor!r}")

@@ -180,6 +180,7 @@ class TreeRollout:
             tree = _Tree(f"r{round_id}:{task.task_id}", task, task_specs)
             result.trees[tree.tree_id] = [s.model_dump(include={"name", "description", "price", "latency"}) for s in task_specs]
             state = EpisodeState.start(task, pool, self.engine, seed=stable_seed(seed, round_id, task.task_id))
+            state.executor_noise = not self.cfg.common_executor_noise
             active.append(_Path(state, pool, tree))
 
         step = 0

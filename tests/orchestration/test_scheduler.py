@@ -262,3 +262,26 @@ def test_critical_path_on_hand_built_latencies() -> None:
     assert critical_path(plan, {"A": 1.0, "B": 5.0, "C": 2.0, "D": 0.25}) == 6.25
     assert critical_path(plan, {"A": 1.0}) == 1.0  # missing latencies count as 0
     assert critical_path(Plan(()), {}) == 0.0
+
+
+def test_without_the_executor_in_the_seed_a_stronger_executor_succeeds_wherever_a_weaker_one_does() -> None:
+    from e3orch.data.sim import generate_split
+
+    task = next(t for t in generate_split(0, "train", 3)
+                if any(r.skill == "reason" and not r.deps for r in t.requirements))
+    part = next(r for r in task.requirements if r.skill == "reason" and not r.deps)
+    pool = build_pool([sim_spec("weak", 0.0, skills={"reason": 0.6}), sim_spec("strong", 0.0, skills={"reason": 0.9})])
+
+    def correct(executor: str, seed: int, by_executor: bool) -> bool:
+        out = run(Plan((Subtask("S1", executor, f"Solve {part.id}."),)), pool, task=task, seed=seed,
+                  seed_by_executor=by_executor)
+        return f"{part.id} = {part.value} " in out.results[0].output
+
+    for by_executor in (False, True):
+        pairs = [(correct("weak", s, by_executor), correct("strong", s, by_executor)) for s in range(200)]
+        weak_only = sum(w and not s for w, s in pairs)
+        assert sum(s for _, s in pairs) > sum(w for w, _ in pairs)
+        if by_executor:
+            assert weak_only > 0  # independent draws: the weaker one sometimes wins
+        else:
+            assert weak_only == 0  # one draw per subtask: the stronger one wins wherever the weaker one does

@@ -483,3 +483,23 @@ def test_uncertain_alternatives_flip_the_part_the_policy_is_least_sure_of(how: s
         assert hits == len(mixed)  # weight 0.5 against 1e-6: always a part whose answer was a coin flip
     else:
         assert hits < len(mixed)  # drawn uniformly, some flips go to parts the policy was sure of
+
+
+def test_common_executor_noise_gives_a_part_sent_to_different_executors_one_draw() -> None:
+    def executors_per_draw(**options):  # type: ignore[no-untyped-def]
+        seen: dict[tuple[str, int], set[str]] = {}
+        original = SimulatedExecutor.simulate
+
+        def recording(self, request):  # type: ignore[no-untyped-def]
+            seen.setdefault((request.instruction, request.seed), set()).add(self.name)
+            return original(self, request)
+
+        SimulatedExecutor.simulate = recording  # type: ignore[method-assign]
+        try:
+            _run(5, branch_stride=1, shared_noise=True, **options)
+        finally:
+            SimulatedExecutor.simulate = original  # type: ignore[method-assign]
+        return [len(v) for v in seen.values()]
+
+    assert max(executors_per_draw()) == 1  # the executor is part of every subtask's seed
+    assert max(executors_per_draw(common_executor_noise=True)) > 1  # siblings' executors share the draw
