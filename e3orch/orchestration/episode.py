@@ -79,7 +79,7 @@ class EpisodeState:
     cfg: EngineConfig
     seed: int = 0
     branch: str = ""  # suffix of the execution seeds: siblings of a rollout tree draw independent noise
-    executor_noise: bool = True  # False: a subtask's noise does not depend on its executor (run_plan's seed_by_executor)
+    seed_by_executor: bool = True  # False: a subtask's noise does not depend on its executor (run_plan)
     milestones: list[MilestoneRecord] = field(default_factory=list)
     workspace: dict[str, str] = field(default_factory=dict)
     pending: MilestoneDecision | None = None
@@ -95,8 +95,8 @@ class EpisodeState:
     budget_failure: str | None = None
 
     @classmethod
-    def start(cls, task: Task, pool: Pool, cfg: EngineConfig, seed: int = 0) -> EpisodeState:
-        return cls(task=task, specs=tuple(pool.specs), cfg=cfg, seed=seed)
+    def start(cls, task: Task, pool: Pool, cfg: EngineConfig, seed: int = 0, *, seed_by_executor: bool = True) -> EpisodeState:
+        return cls(task=task, specs=tuple(pool.specs), cfg=cfg, seed=seed, seed_by_executor=seed_by_executor)
 
     # -- what is asked next ------------------------------------------------------------------
     @property
@@ -190,7 +190,7 @@ class EpisodeState:
             seed=stable_seed(self.seed, self.task.task_id, len(self.milestones), self.branch),
             concurrency=self.cfg.concurrency,
             timeout_s=self.cfg.subtask_timeout_s,
-            seed_by_executor=self.executor_noise,
+            seed_by_executor=self.seed_by_executor,
         )
         rec = MilestoneRecord(
             text=self.pending.text,

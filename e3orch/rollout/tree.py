@@ -179,8 +179,8 @@ class TreeRollout:
             pool = build_pool(task_specs)
             tree = _Tree(f"r{round_id}:{task.task_id}", task, task_specs)
             result.trees[tree.tree_id] = [s.model_dump(include={"name", "description", "price", "latency"}) for s in task_specs]
-            state = EpisodeState.start(task, pool, self.engine, seed=stable_seed(seed, round_id, task.task_id))
-            state.executor_noise = not self.cfg.common_executor_noise
+            state = EpisodeState.start(task, pool, self.engine, seed=stable_seed(seed, round_id, task.task_id),
+                                       seed_by_executor=not self.cfg.common_executor_noise)
             active.append(_Path(state, pool, tree))
 
         step = 0
