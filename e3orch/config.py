@@ -364,15 +364,49 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     return params
 
 
-def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
-    """Load params.yaml (missing file = all defaults) and apply dotted ``overrides``."""
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_params_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A params file as a plain mapping, with its ``base:`` chain resolved.
+
+    A file may start with ``base: <path>`` (relative to the file's own folder): the base is read
+    first and the file's keys override it, section by section and key by key. A file that states
+    only what differs from ``params.yaml`` therefore follows later changes of the defaults.
+    A missing file reads as empty (all defaults), except as someone's base.
+    """
     p = Path(path)
-    data: dict[str, Any] = {}
-    if p.exists():
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if not p.exists():
+        if _seen:
+            raise ConfigError(f"{_seen[-1]}: base: {p} does not exist")
+        return {}
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: must be a mapping of sections, got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{p}: base: must be the path of another params file, got {base!r}")
+    base_path = (p.parent / base).resolve()
+    if base_path in _seen or base_path == p.resolve():
+        raise ConfigError(f"{p}: base: {base} leads back to a file already in the chain")
+    return _merge(read_params_file(base_path, (*_seen, p.resolve())), data)
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
+    """Load a params file (missing file = all defaults; ``base:`` chains resolved, see
+    :func:`read_params_file`) and apply dotted ``overrides``."""
+    p = Path(path)
+    data = read_params_file(p)
     for key, value in (overrides or {}).items():
         node = data
         parts = key.split(".")

@@ -4,26 +4,32 @@
 #   bash scripts/seeds.sh 3 4        # other seeds
 #   REUSE_WARMSTART=1 bash scripts/seeds.sh   # keep each seed's existing warm start (after changing
 #                                             # only RL or evaluation knobs): RL → evaluate only
-#   BASE=other.yaml bash scripts/seeds.sh     # start from another params file than params.yaml
+#   BASE=other.yaml bash scripts/seeds.sh     # start from another params file than params.yaml, e.g.
+#                                             # configs/params-spine.yaml (README, "The learned policy today")
+#   OUT=runs/spine bash scripts/seeds.sh      # write into OUT/seed-N and OUT/seeds.md instead of runs/
 # Per seed N: params.yaml (or $BASE) with warmstart.seed, rollout.seed and train.seed set to N (the task
 # split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
-# RL → evaluate-all into runs/seed-N/ (its own models, checkpoints and reports). `prepare` runs
-# first if data/tasks is missing. The summary goes to runs/seeds.md and stdout.
+# RL → evaluate-all into $OUT/seed-N/ (OUT=runs unless set; its own models, checkpoints and reports).
+# `prepare` runs first if data/tasks is missing. The summary goes to $OUT/seeds.md and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E3=${E3:-.venv/bin/e3orch}
 PY=${PY:-.venv/bin/python}
 SEEDS=("$@"); [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1 2)
+OUT=${OUT:-runs}
 export E3ORCH_TRACKING=${E3ORCH_TRACKING:-0}
 [ -f data/tasks/sim_train.parquet ] || "$E3" prepare
 for s in "${SEEDS[@]}"; do
-  d=runs/seed-$s; mkdir -p "$d"
+  d=$OUT/seed-$s; mkdir -p "$d"
   "$PY" - "$d" "$s" "${BASE:-params.yaml}" <<'PY'
 import sys
 from pathlib import Path
 import yaml
+from e3orch.config import read_params_file
 d, s, base = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-p = yaml.safe_load(Path(base).read_text())
+p = read_params_file(base)  # its base: chain resolved (configs/params-spine.yaml names params.yaml)
+for section in ("policy", "warmstart", "rollout", "train", "evaluate"):
+    p.setdefault(section, {})
 p["policy"]["init_dir"] = f"{d}/models/init"
 p["warmstart"].update(seed=s, out_dir=f"{d}/models/warmstart")
 p["rollout"].update(seed=s, out_dir=f"{d}/data/rollouts")
@@ -42,11 +48,11 @@ PY
   "$E3" evaluate-all --params "$d/params.yaml"
   echo "=== seed $s: $(( $(date +%s) - t0 )) s"
 done
-"$PY" - "${SEEDS[@]}" <<'PY' | tee runs/seeds.md
+"$PY" - "$OUT" "${SEEDS[@]}" <<'PY' | tee "$OUT/seeds.md"
 import json, statistics, sys
 from pathlib import Path
-seeds = sys.argv[1:]
-runs = {s: json.loads(Path(f"runs/seed-{s}/reports/metrics.json").read_text()) for s in seeds}
+out, *seeds = sys.argv[1:]
+runs = {s: json.loads(Path(f"{out}/seed-{s}/reports/metrics.json").read_text()) for s in seeds}
 print(f"Seeds {', '.join(seeds)}: mean ± standard deviation (population) over seeds; eval split.\n")
 def table(run, pool):
     return run["systems"] if pool == "default" else run.get(pool, {}).get("systems", {})

@@ -8,7 +8,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from e3orch.config import EngineConfig, Params, load_params, parse_params
+from e3orch.config import EngineConfig, Params, load_params, parse_params, read_params_file
 from e3orch.executors.base import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +44,52 @@ def test_dotted_overrides_apply(tmp_path: Path) -> None:
     p = load_params(tmp_path / "missing.yaml", {"engine.max_cost": 5.0, "prepare.domains": ["math"]})
     assert p.engine.max_cost == 5.0
     assert p.prepare.domains == ("math",)
+
+
+def test_a_base_chain_merges_key_by_key(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("engine: {max_cost: 5.0, max_milestones: 4}\n"
+                                      "evaluate: {baselines: [heuristic, thrifty], limit: 3}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/b.yaml").write_text("base: ../a.yaml\nengine: {max_cost: 7.0}\nevaluate: {baselines: [upfront]}\n")
+    (tmp_path / "c.yaml").write_text("base: sub/b.yaml\nprepare: {seed: 3}\n")
+    assert read_params_file(tmp_path / "c.yaml") == {
+        "engine": {"max_cost": 7.0, "max_milestones": 4},  # a key the nearer file sets wins; the others stay
+        "evaluate": {"baselines": ["upfront"], "limit": 3},  # a list replaces, it does not append
+        "prepare": {"seed": 3},
+    }
+    p = load_params(tmp_path / "c.yaml", {"engine.max_cost": 9.0})  # overrides apply after the chain
+    assert (p.engine.max_cost, p.engine.max_milestones, p.prepare.seed) == (9.0, 4, 3)
+    assert p.policy == Params().policy
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("base: nowhere.yaml\n", "base: "),
+    ("base: self.yaml\n", "leads back"),
+    ("base: 3\n", "must be the path"),
+])
+def test_a_bad_base_is_a_one_line_error(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "self.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_params(f)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).startswith(str(f))
+
+
+def test_a_base_cycle_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="leads back"):
+        load_params(tmp_path / "a.yaml")
+
+
+def test_the_spine_config_is_params_yaml_with_its_own_keys() -> None:
+    """configs/params-spine.yaml states only what differs; the rest is params.yaml's."""
+    spine, default = load_params(REPO / "configs/params-spine.yaml"), load_params(REPO / "params.yaml")
+    assert spine.policy.prompt == "per_part" and spine.rollout.spine and spine.rollout.common_executor_noise
+    assert (spine.rewards.w_cost, spine.train.w_cost_up, spine.train.hold_accuracy) == (0.02, 1.0, 0.01)
+    assert spine.engine == default.engine and spine.warmstart == default.warmstart
+    assert spine.evaluate == default.evaluate and spine.prepare == default.prepare
 
 
 def test_params_are_frozen() -> None:
