@@ -8,6 +8,7 @@ ignored). This module imports nothing heavy: every stage can load it cheaply.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -365,14 +366,40 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``: mappings merge key by key, anything else replaces."""
-    out = dict(base)
+    """``over`` on top of ``base``: mappings merge key by key, anything else replaces. The result
+    shares nothing with either (dotted overrides are written into it afterwards)."""
+    out = copy.deepcopy(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else copy.deepcopy(value))
     return out
 
 
-def read_params_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def _params_chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any]]]:
+    """``(file, its own keys)`` from the furthest base to ``path`` itself; a missing ``path`` is
+    one empty entry (all defaults), except as someone's base."""
+    if not path.exists():
+        if seen:
+            raise ConfigError(f"{seen[-1]}: base: {path} does not exist")
+        return [(path, {})]
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a mapping of sections, got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return [(path, data)]
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base: must be the path of another params file, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise ConfigError(f"{path}: base: {base} leads back to a file already in the chain")
+    return [*_params_chain(base_path, (*seen, path.resolve())), (path, data)]
+
+
+def read_params_file(path: str | Path) -> dict[str, Any]:
     """A params file as a plain mapping, with its ``base:`` chain resolved.
 
     A file may start with ``base: <path>`` (relative to the file's own folder): the base is read
@@ -380,37 +407,38 @@ def read_params_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
     only what differs from ``params.yaml`` therefore follows later changes of the defaults.
     A missing file reads as empty (all defaults), except as someone's base.
     """
-    p = Path(path)
-    if not p.exists():
-        if _seen:
-            raise ConfigError(f"{_seen[-1]}: base: {p} does not exist")
-        return {}
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: must be a mapping of sections, got {type(data).__name__}")
-    base = data.pop("base", None)
-    if base is None:
-        return data
-    if not isinstance(base, str) or not base:
-        raise ConfigError(f"{p}: base: must be the path of another params file, got {base!r}")
-    base_path = (p.parent / base).resolve()
-    if base_path in _seen or base_path == p.resolve():
-        raise ConfigError(f"{p}: base: {base} leads back to a file already in the chain")
-    return _merge(read_params_file(base_path, (*_seen, p.resolve())), data)
+    return _merge_chain(_params_chain(Path(path)))
+
+
+def _merge_chain(chain: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for _, own in chain:
+        merged = _merge(merged, own)
+    return merged
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:
     """Load a params file (missing file = all defaults; ``base:`` chains resolved, see
-    :func:`read_params_file`) and apply dotted ``overrides``."""
+    :func:`read_params_file`) and apply dotted ``overrides``.
+
+    An error caused by a key of a base file names that file (and the file that reached it)."""
     p = Path(path)
-    data = read_params_file(p)
+    chain = _params_chain(p)
+    data = _merge_chain(chain)
     for key, value in (overrides or {}).items():
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    return parse_params(data, str(p))
+    try:
+        return parse_params(data, str(p))
+    except ConfigError as exc:
+        problem = str(exc).removeprefix(f"{p}: ")
+        for base_file, own in reversed(chain[:-1]):  # the nearest base whose own keys fail the same way
+            try:
+                parse_params(own, str(base_file))
+            except ConfigError as base_exc:
+                if str(base_exc).removeprefix(f"{base_file}: ") == problem:
+                    raise ConfigError(f"{base_exc} (a base of {p})") from None
+        raise

@@ -83,6 +83,22 @@ def test_a_base_cycle_is_an_error(tmp_path: Path) -> None:
         load_params(tmp_path / "a.yaml")
 
 
+def test_an_error_from_a_base_names_the_file_it_is_in(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("train: {roundz: 3}\n")
+    (tmp_path / "child.yaml").write_text("base: bad.yaml\nengine: {max_cost: 7.0}\n")
+    with pytest.raises(ConfigError) as info:
+        load_params(tmp_path / "child.yaml")
+    msg = str(info.value)
+    assert msg.startswith(f"{(tmp_path / 'bad.yaml').resolve()}: train.roundz: unknown key")
+    assert msg.endswith(f"(a base of {tmp_path / 'child.yaml'})") and "\n" not in msg
+    (tmp_path / "good.yaml").write_text("train: {rounds: 3}\n")
+    (tmp_path / "own.yaml").write_text("base: good.yaml\nengine: {max_cost: lots}\n")
+    for overrides, name in (({}, "own.yaml"), ({"engine.max_cost": 1.0, "train.rounds": "many"}, "own.yaml")):
+        with pytest.raises(ConfigError) as info:  # its own key, or an override: the file asked for, as usual
+            load_params(tmp_path / name, overrides)
+        assert str(info.value).startswith(f"{tmp_path / name}: ") and "a base of" not in str(info.value)
+
+
 def test_the_spine_config_is_params_yaml_with_its_own_keys() -> None:
     """configs/params-spine.yaml states only what differs; the rest is params.yaml's."""
     spine, default = load_params(REPO / "configs/params-spine.yaml"), load_params(REPO / "params.yaml")
