@@ -365,14 +365,14 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     return params
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``: mappings merge key by key, anything else replaces. The result
-    shares nothing with either (dotted overrides are written into it afterwards)."""
-    out = copy.deepcopy(base)
+def _merge_into(out: dict[str, Any], over: dict[str, Any]) -> None:
+    """``over`` on top of ``out``, in place: mappings merge key by key, anything else replaces
+    with a copy, so ``out`` shares nothing with ``over`` (dotted overrides are written into it)."""
     for key, value in over.items():
-        out[key] = (_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
-                    else copy.deepcopy(value))
-    return out
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            _merge_into(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
 
 
 def _params_chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any]]]:
@@ -413,7 +413,7 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
 def _merge_chain(chain: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for _, own in chain:
-        merged = _merge(merged, own)
+        _merge_into(merged, own)
     return merged
 
 
