@@ -169,6 +169,9 @@ class RolloutConfig(_Section):
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
+    as_is_share: float = Field(
+        0.0, ge=0, le=1, description="with randomize_pool: share of tasks that keep the training pool as it is; the "
+        "rest get a random variant or (generated_pool_share of them) a generated pool")
     seed: int = 0
     out_dir: str = "data/rollouts"
 

@@ -174,8 +174,8 @@ class TreeRollout:
         active: list[_Path] = []
         for task in tasks:
             rng = random.Random(stable_seed("pool", seed, round_id, task.task_id))
-            task_specs = (training_pool(specs, rng, self.cfg.generated_pool_share) if self.cfg.randomize_pool
-                          else list(specs))
+            as_is = not self.cfg.randomize_pool or (self.cfg.as_is_share > 0 and rng.random() < self.cfg.as_is_share)
+            task_specs = list(specs) if as_is else training_pool(specs, rng, self.cfg.generated_pool_share)
             pool = build_pool(task_specs)
             tree = _Tree(f"r{round_id}:{task.task_id}", task, task_specs)
             result.trees[tree.tree_id] = [s.model_dump(include={"name", "description", "price", "latency"}) for s in task_specs]

@@ -233,6 +233,27 @@ def test_same_seed_same_tree_and_records_validate() -> None:
         assert "kind" in str(exc)
 
 
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_as_is_share_keeps_that_share_of_tasks_on_the_training_pool(share: float) -> None:
+    tasks = generate_split(0, "train", 16, domains=("multihop",))
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(branch_milestone=1, branch_plan=1, leaf_budget=1, randomize_pool=True, as_is_share=share,
+                        generated_pool_share=0.5)
+    res = TreeRollout(PromptRulePolicy(), EngineConfig(), cfg).run(tasks, specs, seed=2)
+    training = [s.name for s in specs]
+    as_is = [tid for tid, pool in res.trees.items() if [c["name"] for c in pool] == training]
+    assert len(res.trees) == 16
+    if share == 0.0:  # every pool renamed: a variant or a generated pool
+        assert not as_is
+    elif share == 1.0:
+        assert len(as_is) == 16
+    else:
+        assert 0 < len(as_is) < 16
+    # every other task's pool is a renamed variant or a generated pool
+    others = [pool for tid, pool in res.trees.items() if tid not in as_is]
+    assert all(not {c["name"] for c in pool} & set(training) for pool in others)
+
+
 class FactoredRulePolicy(PromptRulePolicy):
     """Reads the compact milestone prompt (every open part at once, then the answer) and answers a
     plan slot's question with rank #1 when greedy and a random rank when sampled. A slot's answer
