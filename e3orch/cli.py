@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("e3orch.commands.score", "score decision nodes: rewards and advantages"),
     "warmstart": ("e3orch.commands.warmstart", "supervised warm start from hand-written orchestrators"),
     "train": ("e3orch.commands.train", "RL training rounds → models/policy/"),
-    "evaluate-all": ("e3orch.commands.evaluate_all", "the evaluate stage: every system on both pools → reports/"),
+    "evaluate-all": ("e3orch.commands.evaluate_all", "the evaluate stage: every system on the training, transfer and generated pools → reports/"),
 }
 
 # Exceptions that mean "the user gave bad input": one line, exit 2, no traceback.

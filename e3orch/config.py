@@ -93,8 +93,9 @@ class PolicyConfig(_Section):
     base_model: str = Field("", description="HF id/path to start from instead of the small default (e.g. Qwen/Qwen2.5-1.5B-Instruct)")
     backend: Literal["transformers", "vllm"] = "transformers"
     vllm_url: str = Field("http://localhost:8100/v1", description="vLLM server (backend: vllm)")
-    device: str = Field("auto", description="auto | cpu | cuda")
-    dtype: str = Field("auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N | mps")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: Literal["compact", "factored", "per_part", "full"] = Field(
@@ -418,6 +419,13 @@ def _merge_chain(chain: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
     for _, own in chain:
         _merge_into(merged, own)
     return merged
+
+
+def load_params_file(path: str | Path, overrides: dict[str, Any] | None = None) -> Params:
+    """:func:`load_params` for a file the user named: a missing file is an error, not the defaults."""
+    if not Path(path).exists():
+        raise ConfigError(f"params file not found: {path}")
+    return load_params(path, overrides)
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS, overrides: dict[str, Any] | None = None) -> Params:

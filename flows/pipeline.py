@@ -30,7 +30,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from e3orch.commands.common import resolve_pool_path, sim_tasks, validation_tasks
 from e3orch.commands.prepare import prepare
-from e3orch.config import Params, load_params
+from e3orch.config import Params, load_params, load_params_file
 from e3orch.evaluation.stage import evaluate_stage
 from e3orch.executors.base import ExecutorSpec, load_pool_specs
 from e3orch.rollout.stage import merge_rollouts, rollout_stage, score_stage
@@ -159,6 +159,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="override a param (YAML value), e.g. --set rewards.w_cost=0.5")
     args = p.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
+    try:
+        load_params_file(args.params, overrides)  # bad params: one line now, not a failed flow run later
+    except (ValueError, OSError) as exc:
+        p.error(str(exc))
     e3orch_pipeline(params_path=args.params, overrides=overrides or None, rollout_shards=args.shards)
 
 

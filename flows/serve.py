@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--params", default="params.yaml", help="params file the scheduled runs use")
     p.add_argument("--shards", type=int, default=2, help="parallel rollout shards")
     args = p.parse_args(argv)
+    from e3orch.config import load_params_file
+
+    try:
+        load_params_file(args.params)  # checked once here; each scheduled run reads the file again
+    except (ValueError, OSError) as exc:
+        p.error(str(exc))
     from prefect.schedules import Cron
 
     e3orch_pipeline.serve(

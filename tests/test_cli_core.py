@@ -201,6 +201,28 @@ def test_bad_params_file_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "engine.max_milestone" in err and "\n" not in err
 
 
+@pytest.mark.parametrize("argv", [["bench", "train", "--params", "missing.yaml"],
+                                  ["evaluate-all", "--params", "missing.yaml"],
+                                  ["evaluate-all", "--policy", "no-such-policy"],
+                                  ["bench", "engine", "--threads", "0"]])
+def test_named_inputs_that_do_not_exist_are_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # no params.yaml here: the defaults, which are valid
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and ("missing.yaml" in err or "no-such-policy" in err or "--threads 0" in err)
+
+
+def test_a_cuda_device_without_cuda_is_a_one_line_error() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    from e3orch.policy.backends.hf import TransformersBackend
+
+    with pytest.raises(ValueError, match=r"^policy.device: cuda:1, but this torch .* sees no CUDA device"):
+        TransformersBackend(str(REPO), device="cuda:1")
+
+
 def test_bench_engine_json_quick(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "engine", "--json", "--quick"]) == 0
     result = json.loads(capsys.readouterr().out)

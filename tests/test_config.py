@@ -139,6 +139,8 @@ def _error(data: dict[str, Any]) -> str:
         ({"train": {"validate_pools": ["training", "shuffled"]}}, "train.validate_pools.1", "'shuffled'"),
         ({"train": {"validate_pools": []}}, "train.validate_pools", "at least 1"),
         ({"train": {"validate_pools": ["training", "training"]}}, "train.validate_pools", "twice"),
+        ({"policy": {"device": "gpu"}}, "policy.device", "'gpu'"),
+        ({"policy": {"dtype": "float64x"}}, "policy.dtype", "'float64x'"),
     ],
 )
 def test_errors_name_the_dotted_key(data: dict[str, Any], key: str, words: str) -> None:

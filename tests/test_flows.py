@@ -135,3 +135,18 @@ def test_missing_outputs_are_recomputed(flow_runs: dict[str, Any], tmp_path: Pat
     assert not policy.outputs_exist({"out_dir": str(tmp_path)})
     (tmp_path / "config.json").write_text("{}")
     assert policy.outputs_exist({"out_dir": str(tmp_path)})
+
+
+@pytest.mark.parametrize("module", ["flows.pipeline", "flows.serve"])
+def test_a_missing_or_bad_params_file_stops_before_any_flow_run(module: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    main = importlib.import_module(module).main
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  roundz: 3\n")
+    for path, needle in ((tmp_path / "missing.yaml", "params file not found"), (bad, "train.roundz: unknown key")):
+        with pytest.raises(SystemExit) as info:
+            main(["--params", str(path)])
+        assert info.value.code == 2
+        assert needle in capsys.readouterr().err

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e3orch.config import Params, load_params
+from e3orch.config import Params, load_params, load_params_file
 from e3orch.data.tasks import Task
 
 DEFAULT_POOL = "configs/executors/default.yaml"
@@ -20,9 +20,7 @@ def add_params_arg(p: argparse.ArgumentParser) -> None:
 
 def params_from(args: argparse.Namespace) -> Params:
     path = getattr(args, "params", None)
-    if path is not None and not Path(path).exists():
-        raise FileNotFoundError(f"params file not found: {path}")
-    return load_params(path or "params.yaml")
+    return load_params("params.yaml") if path is None else load_params_file(path)
 
 
 def resolve_pool_path(path: str | None) -> Path:

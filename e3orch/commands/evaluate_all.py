@@ -1,4 +1,4 @@
-"""``e3orch evaluate-all``: the evaluate stage — every system, both pools → reports/."""
+"""``e3orch evaluate-all``: the evaluate stage — every system on the training, transfer and generated pools → reports/."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
     from rich.console import Console
 
     from e3orch.evaluation.report import render_table
@@ -24,6 +27,12 @@ def run(args: argparse.Namespace) -> int:
 
     params = params_from(args)
     policies = {"e3orch": args.policy or params.train.out_dir, "warmstart": args.warmstart or params.warmstart.out_dir}
+    for name, given in (("--policy", args.policy), ("--warmstart", args.warmstart)):
+        if given and not Path(given).exists():
+            raise FileNotFoundError(f"{name} {given}: no such policy folder")
+    for name, path in policies.items():
+        if not Path(path).exists():
+            print(f"evaluate-all: no {name} policy at {path}; evaluating without it", file=sys.stderr)
     tasks = sim_tasks(params, params.evaluate.split)
     from e3orch.evaluation.stage import system_names
     from e3orch.executors.base import load_pool_specs

@@ -220,6 +220,9 @@ class TransformersBackend(PolicyBackend):
             torch.set_num_threads(threads)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"policy.device: {device}, but this torch ({torch.__version__}) sees no CUDA device; "
+                             "set policy.device to auto or cpu")
         self.device = torch.device(device)
         self.model_path = model if isinstance(model, str) else None
         if isinstance(model, str):
