@@ -57,7 +57,7 @@ class EngineConfig(_Section):
 
 
 class EvaluateConfig(_Section):
-    split: Literal["train", "eval"] = "eval"
+    split: Literal["train", "eval", "val"] = "eval"
     limit: int = Field(20, ge=0, description="tasks per benchmark/domain; 0 = all")
     seed: int = 1234
     executors: str = "configs/executors/default.yaml"
@@ -67,6 +67,15 @@ class EvaluateConfig(_Section):
     generated_pools: int = Field(3, ge=0, description="generated pools never seen in any form (e3orch/executors/generated.py); 0 = none")
     generated_seed: int = Field(0, ge=0, description="pool i is generate_pool(generated_seed + i)")
     out_dir: str = "reports"
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateConfig:
+        from e3orch.orchestration.handwritten import HANDWRITTEN
+
+        bad = [b for b in self.baselines if b not in (*HANDWRITTEN, "explore") and not b.startswith("single:")]
+        if bad:
+            raise ValueError(f"baselines: unknown orchestrator {bad[0]!r}; known: {', '.join(HANDWRITTEN)}, single:<executor>")
+        return self
 
 
 class PolicyModelConfig(_Section):
@@ -238,6 +247,9 @@ class WarmstartConfig(_Section):
         bad = set(self.teachers) - known
         if bad:
             raise ValueError(f"teachers: unknown teacher(s) {sorted(bad)}; known: {sorted(known)}")
+        negative = sorted(t for t, w in self.teachers.items() if w < 0)
+        if negative:
+            raise ValueError(f"teachers: negative weight for {', '.join(negative)}")
         if not any(w > 0 for w in self.teachers.values()):
             raise ValueError("teachers: at least one teacher needs a positive weight")
         return self

@@ -80,6 +80,17 @@ def test_episode_plain_text_trace(in_repo: Path, capsys: pytest.CaptureFixture[s
     assert "milestone 1:" in out and "answer:" in out and "makespan=" in out
 
 
+def test_the_text_trace_shows_defects_outside_any_plan() -> None:
+    from e3orch.commands.episode import trace_lines
+    from e3orch.orchestration.types import Defect, Episode
+
+    ep = Episode("t1", "sim/math", "math", "Q?", "p", [], "", False, 0.0, 0.0, 0.0, 0.0,
+                 defects=[Defect("unparseable", "no MILESTONE: or ANSWER: line")], budget_failure="milestone_budget")
+    lines = trace_lines(ep, "p")
+    assert "defect: unparseable no MILESTONE: or ANSWER: line" in lines
+    assert lines[-1].endswith("budget_failure=milestone_budget")
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -89,6 +100,7 @@ def test_episode_plain_text_trace(in_repo: Path, capsys: pytest.CaptureFixture[s
         (["--executors", "configs/executors/nope.yaml"], "executor pool file not found"),
         (["--domain", "cooking"], "cooking"),
         (["--task-id", "sim-nope-eval-00000"], "sim-nope-eval-00000"),
+        (["--benchmark", "humaneval"], "add --env live"),
     ],
 )
 def test_episode_bad_input_is_exit_2_with_one_line(in_repo: Path, capsys: pytest.CaptureFixture[str],
@@ -204,13 +216,17 @@ def test_bad_params_file_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("argv", [["bench", "train", "--params", "missing.yaml"],
                                   ["evaluate-all", "--params", "missing.yaml"],
                                   ["evaluate-all", "--policy", "no-such-policy"],
-                                  ["bench", "engine", "--threads", "0"]])
+                                  ["rollout", "--policy", "./no-such-policy"],
+                                  ["bench", "engine", "--threads", "0"],
+                                  ["evaluate", "--benchmark", "humaneval", "--out", "x"],
+                                  ["evaluate", "--limit", "-1", "--out", "x"]])
 def test_named_inputs_that_do_not_exist_are_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     monkeypatch.chdir(tmp_path)  # no params.yaml here: the defaults, which are valid
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and ("missing.yaml" in err or "no-such-policy" in err or "--threads 0" in err)
+    assert "\n" not in err
+    assert any(n in err for n in ("missing.yaml", "no-such-policy", "--threads 0", "add --env live", "--limit must"))
 
 
 def test_a_cuda_device_without_cuda_is_a_one_line_error() -> None:

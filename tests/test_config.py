@@ -140,6 +140,8 @@ def _error(data: dict[str, Any]) -> str:
         ({"train": {"validate_pools": []}}, "train.validate_pools", "at least 1"),
         ({"train": {"validate_pools": ["training", "training"]}}, "train.validate_pools", "twice"),
         ({"policy": {"device": "gpu"}}, "policy.device", "'gpu'"),
+        ({"evaluate": {"baselines": ["heuristic", "heuristc"]}}, "evaluate.baselines", "'heuristc'"),
+        ({"warmstart": {"teachers": {"heuristic": 1.0, "explore": -0.5}}}, "warmstart.teachers", "negative weight for explore"),
         ({"policy": {"dtype": "float64x"}}, "policy.dtype", "'float64x'"),
     ],
 )

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+from typing import TYPE_CHECKING
 
 from e3orch.commands.common import add_params_arg, params_from, print_json, resolve_pool_path
+
+if TYPE_CHECKING:
+    from e3orch.orchestration.types import Episode
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +38,8 @@ def pick_task(args: argparse.Namespace, params):  # type: ignore[no-untyped-def]
     else:
         from e3orch.commands.common import sim_tasks
 
+        if args.benchmark or args.data:
+            raise ValueError("--benchmark and --data name a live benchmark: add --env live")
         tasks = sim_tasks(params, args.split)
         if args.domain is None and args.task_id is None:
             domains = sorted({t.domain for t in tasks})
@@ -73,18 +79,26 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(ep.to_dict())
         return 0
-    print(f"task {ep.task_id} ({ep.benchmark}) with {args.orchestrator}")
-    print(ep.question)
+    print("\n".join(trace_lines(ep, args.orchestrator)))
+    return 0
+
+
+def trace_lines(ep: Episode, orchestrator: str) -> list[str]:
+    """The plain-text trace: the task, each milestone's plan and results, every defect, the outcome."""
+    lines = [f"task {ep.task_id} ({ep.benchmark}) with {orchestrator}", ep.question]
     for i, m in enumerate(ep.milestones, 1):
-        print(f"\nmilestone {i}: {m.text}")
+        lines.append(f"\nmilestone {i}: {m.text}")
         for s, r in zip(m.plan.subtasks, m.results):
             deps = ",".join(s.deps) or "-"
             status = "ok " if r.ok else "ERR"
-            out = (r.output or r.error or "").replace("\n", " | ")[:100]
-            print(f"  {s.id} [{status}] {s.executor:<14} deps={deps:<6} cost={r.cost:7.4f} t={r.latency_s:6.2f}s  {out}")
-        for d in m.plan.defects:
-            print(f"  defect: {d.code} {d.detail}")
-    print(f"\nanswer: {ep.answer!r}  correct={ep.correct}  score={ep.score:g}")
-    print(f"cost={ep.cost:.4f}  makespan={ep.makespan_s:.2f}s  serial={ep.serial_latency_s:.2f}s"
-          + (f"  budget_failure={ep.budget_failure}" if ep.budget_failure else ""))
-    return 0
+            text = (r.output or r.error or "").replace("\n", " | ")[:100]
+            lines.append(f"  {s.id} [{status}] {s.executor:<14} deps={deps:<6} cost={r.cost:7.4f} t={r.latency_s:6.2f}s  {text}")
+        lines += [f"  defect: {d.code} {d.detail}" for d in m.plan.defects]
+    shown = [d for m in ep.milestones for d in m.plan.defects]
+    rest = [d for d in ep.defects if d not in shown]  # milestones that never became a plan, the answer, budgets
+    if rest:
+        lines += [""] + [f"defect: {d.code} {d.detail}" for d in rest]
+    lines.append(f"\nanswer: {ep.answer!r}  correct={ep.correct}  score={ep.score:g}")
+    lines.append(f"cost={ep.cost:.4f}  makespan={ep.makespan_s:.2f}s  serial={ep.serial_latency_s:.2f}s"
+                 + (f"  budget_failure={ep.budget_failure}" if ep.budget_failure else ""))
+    return lines

@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_params_arg(p)
     p.add_argument("--orchestrator", action="append", default=None,
                    help="system to evaluate (repeatable): heuristic | thrifty | upfront | sequential | random | "
-                        "single:<executor> | all-single | policy checkpoint dir (default: all baselines)")
+                        "single:<executor> | all-single | policy checkpoint dir "
+                        "(default: evaluate.baselines and every executor alone)")
     p.add_argument("--env", choices=("sim", "live"), default="sim")
     p.add_argument("--benchmark", action="append", default=None, help="live benchmark(s)")
     p.add_argument("--executors", default=None, help="executor pool YAML (default: evaluate.executors)")
@@ -47,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from e3orch.executors.base import build_pool
     from e3orch.orchestration.types import Episode
 
+    if args.benchmark and args.env != "live":
+        raise ValueError("--benchmark names a live benchmark: add --env live")
+    if args.limit is not None and args.limit < 0:
+        raise ValueError(f"--limit must be >= 0 (0 = all tasks), got {args.limit}")
     params = params_from(args)
     ecfg = params.evaluate
     split = args.split or ecfg.split

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from e3orch.commands.common import add_params_arg, live_tasks, params_from
+from e3orch.config import Params
 from e3orch.data import live
 from e3orch.data.graders import get_grader
 from e3orch.data.tasks import Task, read_tasks
@@ -27,9 +29,11 @@ _TASK_COLUMNS = {"task_id", "split", "domain", "benchmark", "question", "answer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_arg(parser)
     parser.add_argument("--benchmark", required=True, help="benchmark whose grader to use (humaneval, mbpp, gsm8k, math, hotpotqa, ...)")
     parser.add_argument("--answers", required=True, help="JSONL file, one {\"task_id\": ..., \"answer\": ...} per line")
-    parser.add_argument("--data", default=None, help="data file or hub id for the benchmark, or a task table (.parquet) from `e3orch prepare`")
+    parser.add_argument("--data", default=None, help="data file or hub id for the benchmark, or a task table (.parquet) from "
+                        "`e3orch prepare` (default: live.sources in the params file)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per answer line on stdout")
     parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="answers graded in parallel")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per program for code benchmarks (default 10)")
@@ -43,14 +47,14 @@ def _is_task_table(path: str) -> bool:
     return _TASK_COLUMNS <= set(pl.read_parquet_schema(path))
 
 
-def load_tasks(benchmark: str, data: str | None) -> list[Task]:
+def load_tasks(benchmark: str, data: str | None, params: Params | None = None) -> list[Task]:
     if data is not None and _is_task_table(data):
         tasks = [t for t in read_tasks(data) if t.benchmark.split("/")[0] == benchmark]
         if not tasks:
             raise ValueError(f"{data}: no tasks of benchmark {benchmark!r} in this task table")
         return tasks
     if benchmark in live.BENCHMARKS:
-        return live.load_benchmark(benchmark, data)
+        return live_tasks(params or Params(), benchmark, data)
     raise ValueError(f"--benchmark {benchmark} needs --data PATH to a task table (.parquet) written by `e3orch prepare`")
 
 
@@ -58,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
     get_grader(args.benchmark)  # unknown benchmark: one-line error before any work
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    params = params_from(args)
     lines = live.read_answer_lines(args.answers)
-    tasks = live.task_index(load_tasks(args.benchmark, args.data))
+    tasks = live.task_index(load_tasks(args.benchmark, args.data, params))
     t0 = time.perf_counter()
 
     if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
 
@@ -29,9 +30,14 @@ def run(args: argparse.Namespace) -> int:
         i, n = (int(x) for x in args.shard.split("/"))
     except ValueError:
         raise ValueError(f"--shard must look like I/N (e.g. 0/4), got {args.shard!r}") from None
+    policy = args.policy or params.warmstart.out_dir
+    local = args.policy is None or Path(policy).is_absolute() or policy.startswith(".")  # else maybe a hub id
+    if local and not (Path(policy) / "config.json").exists():
+        raise FileNotFoundError(f"{policy}: not a policy checkpoint directory (run `e3orch warmstart` first, or pass "
+                                "--policy DIR)")
     with stage_run("rollout", params, run_name=f"rollout[{i}/{n}]" if n > 1 else None,
                    tags={"e3orch.shard": f"{i}/{n}", "e3orch.round": args.round}) as tracker:
-        summary = rollout_stage(params, args.policy or params.warmstart.out_dir, sim_tasks(params, "train"), specs,
+        summary = rollout_stage(params, policy, sim_tasks(params, "train"), specs,
                                 args.out or params.rollout.out_dir, round_id=args.round, shard=(i, n))
         tracker.log_metrics(summary)
         tracker.log_pool(pool_path)

@@ -93,6 +93,8 @@ def test_readable_table_without_json(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--benchmark", "gsm8k"], "--data PATH"),  # no data for gsm8k anywhere
         (["--benchmark", "gsm8k", "--data", "missing.jsonl"], "missing.jsonl"),
         (["--benchmark", "nope"], "no grader for benchmark 'nope'"),
+        (["--benchmark", "humaneval", "--timeout", "-1"], "--timeout must be > 0"),
+        (["--benchmark", "gsm8k", "--params", "missing.yaml"], "params file not found"),
     ],
 )
 def test_user_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -120,4 +122,15 @@ def test_task_table_from_prepare_is_accepted_as_data(tmp_path: Path, capsys: pyt
                         tmp_path / "tasks.parquet")
     answers = _jsonl(tmp_path / "a.jsonl", [{"task_id": "gsm8k/0", "answer": "2"}])
     assert main(["grade", "--benchmark", "gsm8k", "--answers", str(answers), "--data", str(table), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"task_id": "gsm8k/0", "correct": True, "score": 1.0, "error": None}
+
+
+def test_the_params_files_live_sources_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("E3ORCH_LIVE_DATA", raising=False)
+    _jsonl(tmp_path / "g.jsonl", [{"question": "1+1?", "answer": "#### 2"}])
+    (tmp_path / "params.yaml").write_text("live:\n  sources:\n    gsm8k: g.jsonl\n")
+    answers = _jsonl(tmp_path / "a.jsonl", [{"task_id": "gsm8k/0", "answer": "2"}])
+    assert main(["grade", "--benchmark", "gsm8k", "--answers", str(answers), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"task_id": "gsm8k/0", "correct": True, "score": 1.0, "error": None}
