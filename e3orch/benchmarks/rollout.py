@@ -67,7 +67,7 @@ def bench_rollout(params_path: str = "params.yaml", quick: bool = False, threads
         rollout_s = time.perf_counter() - t
 
         prompts = [n.prompt for n in res.nodes if n.kind == "plan"][: 16 if quick else 32]
-        gen_tokens = 32 if quick else 96  # the reference setting of SETUP-NOTES (prompt + 96 new tokens)
+        gen_tokens = 32 if quick else 96  # the reference setting (prompt + 96 new tokens; docs/benchmarks.md)
         backend.generate(prompts[:2], max_new_tokens=4, temperature=1.0, seed=0)  # warm-up
         t = time.perf_counter()
         for i, p in enumerate(prompts):

