@@ -20,11 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", default=None, help="live benchmark (e.g. humaneval)")
     p.add_argument("--data", default=None, help="live benchmark file (default: live.sources or the packaged copy)")
     p.add_argument("--task-id", default=None, help="a specific task id")
-    p.add_argument("--split", choices=("train", "eval"), default="eval")
+    p.add_argument("--split", choices=("train", "eval", "val"), default="eval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--orchestrator", default="heuristic",
                    help="heuristic | thrifty | upfront | sequential | random | single:<executor> | policy checkpoint dir")
-    p.add_argument("--executors", default=None, help="executor pool YAML (default: configs/executors/default.yaml)")
+    p.add_argument("--executors", default=None, help="executor pool YAML (default: evaluate.executors; live: configs/executors/live_cpu.yaml)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from e3orch.orchestration.episode import run_episode
 
     params = params_from(args)
-    default_pool = "configs/executors/live_cpu.yaml" if args.env == "live" else None
+    default_pool = "configs/executors/live_cpu.yaml" if args.env == "live" else params.evaluate.executors
     pool = build_pool(resolve_pool_path(args.executors or default_pool))
     task = pick_task(args, params)
     orch = make_orchestrator(args.orchestrator, pool, seed=args.seed, policy_options={"params": params})
