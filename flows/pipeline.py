@@ -153,17 +153,20 @@ def e3orch_pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Run the E³-Orch pipeline once as a Prefect flow.")
-    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--params", default=None, help="params file (default: ./params.yaml, all defaults when absent)")
     p.add_argument("--shards", type=int, default=2, help="parallel rollout shards")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a param (YAML value), e.g. --set rewards.w_cost=0.5")
     args = p.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
-    try:
-        load_params_file(args.params, overrides)  # bad params: one line now, not a failed flow run later
+    try:  # bad params: one line now, not a failed flow run later
+        if args.params is None:
+            load_params("params.yaml", overrides)
+        else:
+            load_params_file(args.params, overrides)
     except (ValueError, OSError) as exc:
         p.error(str(exc))
-    e3orch_pipeline(params_path=args.params, overrides=overrides or None, rollout_shards=args.shards)
+    e3orch_pipeline(params_path=args.params or "params.yaml", overrides=overrides or None, rollout_shards=args.shards)
 
 
 if __name__ == "__main__":

@@ -8,19 +8,18 @@ import json
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=("engine", "rollout", "train", "routing", "headroom"))
-    p.add_argument("--params", default="params.yaml", help="params file (default: ./params.yaml, all defaults when absent)")
+    p.add_argument("--params", default=None, help="params file (default: ./params.yaml, all defaults when absent)")
     p.add_argument("--quick", action="store_true", help="smaller sizes (smoke runs)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from e3orch.config import load_params_file
 
-    if args.params != "params.yaml" or Path(args.params).exists():
+    if args.params is not None:
         load_params_file(args.params)  # a named file must exist and be valid before minutes of work
+    args.params = args.params or "params.yaml"
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: must be at least 1")
     if args.what == "engine":
