@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -384,8 +384,9 @@ class RLTrainer:
                 if not mb:  # keep collective calls aligned across processes: a zero-weight dummy step
                     mb = [Example([pad], [pad], 0.0, [0.0], 0.0)]
                 total_w = sum(e.weight for e in mb) or 1.0
-                for e in mb:
-                    e.weight = e.weight / total_w  # weights of one optimizer step sum to 1
+                # weights of one optimizer step sum to 1; copies, so that the next epoch's steps start
+                # from the decisions' own weights again
+                mb = [replace(e, weight=e.weight / total_w) for e in mb]
                 micro = make_batches(mb, cfg.tokens_per_microbatch, rng)
                 for i, chunk in enumerate(micro):
                     batch = {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()}

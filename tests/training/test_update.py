@@ -1,0 +1,90 @@
+"""The RL update step on a real (tiny) policy: each optimizer step weighs its decisions as the
+decisions' own weights say, in every PPO epoch, and the update moves a decision the way its
+advantage points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import write_tiny_params
+
+from e3orch.cli import main
+from e3orch.config import load_params
+from e3orch.training import trainer as trainer_module
+from e3orch.training.data import Example, collate, completion_logprobs
+from e3orch.training.trainer import RLTrainer
+
+
+@pytest.fixture(scope="module")
+def init_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("update")
+    params = write_tiny_params(root)
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["init-policy", "--params", str(params)]) == 0
+    return root
+
+
+def _trainer(root: Path, **train: Any) -> RLTrainer:
+    params = load_params(write_tiny_params(root, train={"validate_rounds": False, **train}))
+    return RLTrainer(params, params.policy.init_dir)
+
+
+def _examples(trainer: RLTrainer) -> list[Example]:
+    """Tree a: one decision (weight 1); tree b: three (1/3 each), as examples_from_scored weighs them.
+    Old log-probs are the policy's own, so every ratio starts at 1."""
+    out = []
+    for i, (group, weight) in enumerate([("a", 1.0), ("b", 1 / 3), ("b", 1 / 3), ("b", 1 / 3)]):
+        e = Example([1, 5 + i, 9], [11 + i, 12, 2], 0.5 if i % 2 == 0 else -0.5, [], weight, group)
+        with torch.no_grad():
+            lp = completion_logprobs(trainer.model, collate([e], trainer.tokenizer.pad_token_id))
+        e.old_logprobs = lp[0, -len(e.completion_ids):].tolist()
+        out.append(e)
+    return out
+
+
+def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(init_policy: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = _trainer(init_policy, ppo_epochs=3, minibatches=2, kl_coef=0.02)
+    examples = _examples(trainer)
+    seen: list[dict[str, float]] = []  # each optimizer step's (here: one micro-batch's) weights by decision
+
+    def spy(chunk: list[Example], pad: int) -> dict[str, torch.Tensor]:
+        seen.append({f"{e.group}{e.prompt_ids[1]}": e.weight for e in chunk})
+        return collate(chunk, pad)
+
+    monkeypatch.setattr(trainer_module, "collate", spy)
+    trainer.update(examples)
+    assert [e.weight for e in examples] == [1.0, 1 / 3, 1 / 3, 1 / 3]  # the caller's examples are untouched
+    assert len(seen) == 3 * 2
+    own = {"a5": 1.0, "b6": 1 / 3, "b7": 1 / 3, "b8": 1 / 3}
+    for step in seen:
+        total = sum(own[k] for k in step)
+        assert step == pytest.approx({k: own[k] / total for k in step})  # proportional, summing to 1
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_an_update_moves_a_decision_the_way_its_advantage_points(init_policy: Path, sign: float) -> None:
+    trainer = _trainer(init_policy, ppo_epochs=1, minibatches=1, kl_coef=0.0, lr=1e-2)
+    (e,) = _examples(trainer)[:1]
+    e.advantage = sign
+    batch = collate([e], trainer.tokenizer.pad_token_id)
+    before = float(sum(e.old_logprobs))
+    trainer.update([e])
+    with torch.no_grad():
+        after = float(completion_logprobs(trainer.model, batch)[0, -len(e.completion_ids):].sum())
+    assert (after - before) * sign > 0
+
+
+def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(init_policy: Path) -> None:
+    trainer = _trainer(init_policy, ppo_epochs=1, minibatches=1, kl_coef=0.02)
+    examples = _examples(trainer)
+    for e in examples:
+        e.advantage = 0.0
+    model = trainer.acc.unwrap_model(trainer.model)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer.update(examples)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
