@@ -20,6 +20,7 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -136,9 +137,6 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
-    per_tree = (scored.with_columns(units=pl.max_horizontal(pl.col("sub_lengths").list.len(), pl.lit(1)))
-                .group_by("tree_id").agg(pl.col("units").sum()))
-    n_in_tree = dict(zip(per_tree["tree_id"].to_list(), per_tree["units"].to_list()))
     out = []
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     for row in scored.iter_rows(named=True):
@@ -155,7 +153,10 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
                 continue
             p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
             p = p[max(0, len(p) + len(c) - max_len):]
-            out.append(Example(p, c, float(row["advantage"]), lp, 1.0 / n_in_tree[row["tree_id"]], row["tree_id"]))
+            out.append(Example(p, c, float(row["advantage"]), lp, 1.0, row["tree_id"]))
+    n_in_tree = Counter(e.group for e in out)  # the examples a tree actually yields (forced, over-long: none)
+    for e in out:
+        e.weight = 1.0 / n_in_tree[e.group]
     return out
 
 

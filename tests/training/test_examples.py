@@ -53,3 +53,18 @@ def test_a_decision_asked_part_by_part_trains_as_its_answers(tokenizer) -> None:
         ([10, 11, 12], [-3.0, -4.0, -5.0], -1.0, 1 / 3)]
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     assert ex[2].prompt_ids == bos + tokenizer(slots[1], add_special_tokens=False)["input_ids"]
+
+
+def test_forced_and_over_long_decisions_do_not_count_in_their_trees_weight(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    scored = _scored({"a": [0.5, 0.5, 0.5], "b": [1.0]}).with_columns(
+        token_ids=pl.Series([[5, 6, 7], [], list(range(5, 45)), [5, 6, 7]]),
+        logprobs=pl.Series([[-0.1] * 3, [], [-0.1] * 40, [-0.1] * 3]))
+    ex = examples_from_scored(scored, tokenizer, 16)  # a: one decision forced, one 40 tokens long
+    assert [(e.group, e.weight) for e in ex] == [("a", 1.0), ("b", 1.0)]
+
+
+def test_a_long_prompt_is_cut_from_the_left_to_fit(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    (e,) = examples_from_scored(_scored({"a": [0.5]}), tokenizer, 7)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    full = bos + tokenizer("### decide: milestone a0\n", add_special_tokens=False)["input_ids"]
+    assert len(full) > 4 and e.prompt_ids == full[-4:] and len(e.prompt_ids) + len(e.completion_ids) == 7
