@@ -339,10 +339,11 @@ def _format_error(exc: ValidationError, source: str, section: str | None = None)
     if section:
         loc = f"{section}.{loc}" if loc else section
     msg = err["msg"]
-    if err["type"] == "value_error" and not loc.count(".") and ": " in msg:
-        # model-level checks name their key first ("Value error, leaf_budget: must be …")
-        key, _, msg = msg.removeprefix("Value error, ").partition(": ")
-        loc = f"{loc}.{key}"
+    if err["type"] == "value_error":  # the model-level checks above, at any depth
+        msg = msg.removeprefix("Value error, ")
+        key, sep, rest = msg.partition(": ")
+        if sep and key.isidentifier():  # they name their key first ("leaf_budget: must be …")
+            loc, msg = f"{loc}.{key}", rest
     if err["type"] == "extra_forbidden":
         msg = "unknown key (check spelling; see params.yaml comments for the allowed keys)"
     got = err.get("input")
