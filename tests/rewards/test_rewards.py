@@ -156,6 +156,25 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     assert dict(zip(pos["node_id"], pos["advantage"])) == pytest.approx({"m": 0.0, "p1": (r1 - r2) / 2, "p2": 0.0})
 
 
+@pytest.mark.parametrize("estimator", ["sibling", "matched"])
+def test_a_leaf_without_an_answer_costs_completeness_and_no_answer_is_not_a_defect(estimator: str) -> None:
+    # the tree above, but leaf B ran out of milestones (no answer) and p2 carries the no_answer mark
+    nodes = [_node("m", "", "milestone", ["A", "B"]), _node("p1", "m", "plan", ["A"], 2, cost=1.0),
+             _node("p2", "m", "plan", ["B"], 2, defects=["no_answer"], cost=3.0)]
+    leaves = [Leaf("A", "t", "task", "sim/math", ["m", "p1"], True, 1.0, 1.0, 1.0, 1, "", "x"),
+              Leaf("B", "t", "task", "sim/math", ["m", "p2"], False, 0.0, 3.0, 1.0, 1, "milestone_budget", "")]
+    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+                        defect_penalty=0.5, normalize_std=False, estimator=estimator)
+    rows = {r["node_id"]: r for r in score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg).iter_rows(named=True)}
+    assert rows["p2"]["completeness"] == pytest.approx(0.5)   # no defect counted (1.0), no answer (0.0): half each
+    assert rows["m"]["completeness"] == pytest.approx(0.75)   # one of its two leaves answered
+    r1, r2 = 2 / 3 - 0.3 * 0.5 + 0.2 * 1.0, 1 / 3 - 0.3 * 1.5 + 0.2 * 0.5
+    assert rows["p1"]["reward"] == pytest.approx(r1) and rows["p2"]["reward"] == pytest.approx(r2)
+    assert rows["m"]["reward"] == pytest.approx(0.5 - 0.3 * 1.0 + 0.2 * 0.75)
+    # sibling: half the gap; matched: against the parent's own figures, 0.35 — the same here
+    assert rows["p1"]["advantage"] == pytest.approx((r1 - r2) / 2) == pytest.approx(r1 - 0.35)
+
+
 def test_cost_unit_weighs_every_task_by_the_same_fixed_amount() -> None:
     # two one-task trees, each a plan branch: a saving of 1 on a cheap task (costs 1 and 2) and on a dear one (10 and 11)
     def tree(t: str, lo: float) -> tuple[list[DecisionNode], list[Leaf]]:

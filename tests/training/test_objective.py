@@ -1,4 +1,4 @@
-"""The RL objective against a plain-loop reference; batching; per-tree weighting; SFT learns."""
+"""The RL objective against a plain-loop reference and on hand-built tokens; batching."""
 
 from __future__ import annotations
 
@@ -44,6 +44,26 @@ def test_clipped_pg_matches_plain_loop() -> None:
     expected = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), weight.tolist(), 0.2, 0.05)
     assert float(parts.loss) == pytest.approx(expected, rel=1e-5)
     assert 0.0 <= parts.clip_frac <= 1.0 and parts.kl >= 0.0
+
+
+def test_diagnostics_on_hand_built_tokens() -> None:
+    # token ratios 1.5, 1, 0.5 at advantage 1, clip 0.2: 1.5 clips to 1.2, 0.5 is outside the range but the
+    # min keeps its unclipped (smaller) value; two of three tokens are outside [0.8, 1.2]
+    new = torch.tensor([[math.log(1.5), 0.0, math.log(0.5)]])
+    parts = clipped_pg_loss(new, torch.zeros(1, 3), None, torch.tensor([1.0]), torch.ones(1, 3), torch.tensor([1.0]))
+    assert parts.clip_frac == pytest.approx(2 / 3)
+    assert parts.ratio_mean == pytest.approx((1.5 + 1.0 + 0.5) / 3)
+    assert parts.pg == pytest.approx(-(1.2 + 1.0 + 0.5) / 3) and float(parts.loss) == pytest.approx(parts.pg)
+    assert parts.kl == 0.0
+
+
+@pytest.mark.parametrize(("mask", "loss", "mean"), [([[1.0, 1.0]], -0.1 * (1 + 3) / 2, 2.0), ([[1.0, 0.0]], -0.1, 1.0)])
+def test_the_entropy_bonus_is_the_masked_mean_entropy_times_its_coefficient(mask: list[list[float]], loss: float,
+                                                                           mean: float) -> None:
+    zero = torch.zeros(1, 2)
+    parts = clipped_pg_loss(zero, zero, None, torch.tensor([0.0]), torch.tensor(mask), torch.tensor([1.0]),
+                            entropy=torch.tensor([[1.0, 3.0]]), entropy_coef=0.1)
+    assert float(parts.loss) == pytest.approx(loss) and parts.entropy == pytest.approx(mean)
 
 
 @pytest.mark.parametrize("high", [0.2, 0.28, 4.0])
