@@ -46,6 +46,11 @@ def test_stage_outputs_exist_and_validate(pipeline: Path) -> None:
     # round 1 is the score stage's rollout, round 2 the trainer's own: each covers tasks_per_round trees
     assert [r["n_tasks"] for r in rounds] == [2, 2]
     assert rounds[0]["n_decisions"] == scored.height
+    # one PPO epoch of one step: every ratio is taken before the step, against the log-probs the rollout
+    # recorded with the same weights, so it is 1 (up to float noise); round 1's policy is its reference
+    for r in rounds:
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and r["clip_frac"] == 0.0
+    assert rounds[0]["kl"] == pytest.approx(0.0, abs=1e-6) and rounds[1]["kl"] > 0.0
 
 
 def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:
@@ -70,6 +75,7 @@ def test_warm_start_ran_a_correction_round(pipeline: Path) -> None:
     (r,) = info["corrections"]
     assert r["round"] == 1 and r["tasks"] == 3 and r["decisions"] > 0 and r["steps"] >= 1
     assert 0.0 <= r["agreement"] <= 1.0 and 0.0 <= r["policy_accuracy"] <= 1.0
+    assert r["agreement"] * r["decisions"] == pytest.approx(round(r["agreement"] * r["decisions"]))  # a count
 
 
 def test_train_resumes_from_its_checkpoint(pipeline: Path) -> None:
