@@ -69,3 +69,17 @@ def test_training_pools_mix_in_generated_pools_whose_members_never_meet_the_eval
     assert not evaluation & {s.name for p in pools for s in p}
     # share 0: exactly the renamed/re-priced variants of the training pool, as before
     assert training_pool(default, random.Random(3)) == randomize_pool(default, random.Random(3))
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_a_random_variant_renames_drops_and_reprices_but_keeps_what_each_member_can_do(seed: int) -> None:
+    default = load_pool_specs(REPO / "configs/executors/default.yaml")
+    out = randomize_pool(default, random.Random(seed))
+    names = [s.name for s in out]
+    assert len(out) >= min(4, len(default)) and len(set(names)) == len(names)
+    assert not set(names) & {s.name for s in default}
+    for s in out:  # each member is one of the pool's, renamed: same card text, kind and hidden skills
+        (src,) = [d for d in default if (d.description, d.kind, d.skills) == (s.description, s.kind, s.skills)]
+        for got, was in ((s.price.input_per_1k, src.price.input_per_1k), (s.price.output_per_1k, src.price.output_per_1k)):
+            assert was * 0.6 - 1e-4 <= got <= was * 1.6 + 1e-4

@@ -524,3 +524,25 @@ def test_common_executor_noise_gives_a_part_sent_to_different_executors_one_draw
 
     assert max(executors_per_draw()) == 1  # the executor is part of every subtask's seed
     assert max(executors_per_draw(common_executor_noise=True)) > 1  # siblings' executors share the draw
+
+
+@pytest.mark.parametrize(("depth", "paths", "kind", "spine", "look", "children"), [
+    (0, 1, "milestone", True, 0, 1),   # before branch_start
+    (1, 1, "milestone", True, 0, 3),   # a branch point: branch_milestone children
+    (2, 1, "milestone", True, 0, 1),   # off the stride
+    (3, 3, "milestone", True, 0, 2),   # room for one more path: two children
+    (3, 4, "milestone", True, 0, 1),   # the tree is full
+    (5, 1, "plan", True, 0, 2),        # branch_plan children
+    (6, 1, "milestone", True, 0, 1),   # at branch_depth
+    (5, 1, "plan", False, 0, 1),       # spine: off the spine, nothing left to look ahead
+    (5, 1, "plan", False, 1, 2),       # ... with a lookahead branch point left
+])
+def test_branching_follows_start_stride_depth_and_budget(depth: int, paths: int, kind: str, spine: bool, look: int,
+                                                         children: int) -> None:
+    from e3orch.rollout.tree import _Path, _Tree
+
+    cfg = RolloutConfig(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=2, branch_depth=6,
+                        leaf_budget=4, spine=not spine)  # rollout.spine on for the rows of paths off the spine
+    tree = _Tree("t", generate_split(0, "train", 1)[0], [], paths=paths)
+    path = _Path(None, None, tree, node_path=["x"] * depth, spine=spine, look=look)  # type: ignore[arg-type]
+    assert TreeRollout(PromptRulePolicy(), EngineConfig(), cfg).branching(path, kind) == children
