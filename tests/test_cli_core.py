@@ -246,3 +246,7 @@ def test_bench_engine_json_quick(capsys: pytest.CaptureFixture[str]) -> None:
     result = json.loads(capsys.readouterr().out)
     assert {"calls_per_s", "makespan_over_critical_path"} <= set(result)
     assert isinstance(result["calls_per_s"], float) and isinstance(result["makespan_over_critical_path"], float)
+    # quick: 5 rounds of a 100-wide plan, a 50-deep one and a diamond (a root, then 5 layers of 10 fanning into 1)
+    assert result["calls_measured"] == (100 + 50 + (1 + 5 * 11)) * 5
+    # a makespan can never beat the critical path of the same latencies
+    assert min(result["makespan_over_critical_path_by_shape"].values()) >= 1.0

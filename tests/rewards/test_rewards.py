@@ -364,3 +364,19 @@ def test_branch_needs_continuation_rewards() -> None:
     assert get_estimator("branch") is branch_advantages
     with pytest.raises(ValueError, match="one more reward per decision"):
         branch_advantages([K("a", "r")], [1.0], False)
+
+
+def test_a_node_without_leaves_below_it_is_an_error_naming_it() -> None:
+    nodes, leaves = _two_leaf_tree(correct_b=True, cost_b=1.0, defect_p2=False)
+    with pytest.raises(ValueError, match="node p1 has no leaf below it"):
+        _scored(nodes, [lf for lf in leaves if lf.leaf_id != "A"], "sibling")
+
+
+def test_branch_needs_a_leaf_that_follows_first_children() -> None:
+    nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
+    # drop the greedy leaf A and q0: m's first child p0 now leads only to B, through p0's second child q1
+    nodes = [n for n in nodes if n.node_id != "q0"]
+    for n in nodes:
+        n.leaves = [x for x in n.leaves if x != "A"]
+    with pytest.raises(ValueError, match="0 leaves follow first children"):
+        _scored(nodes, [lf for lf in leaves if lf.leaf_id != "A"], "branch")
