@@ -8,6 +8,7 @@ tracking URI must not break a stage.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -81,6 +82,11 @@ def test_round_metrics_are_logged_with_steps(tracked: dict[str, Any]) -> None:
                 "update_tokens_per_s", "time_update_s"):
         history = client.get_metric_history(train.info.run_id, key)
         assert sorted(m.step for m in history) == [1, 2], key
+    # the values are the rounds' own figures (reports/train_rounds.json), round by round
+    rounds = json.loads((tracked["work"] / "reports/train_rounds.json").read_text())
+    for key in ("reward", "accuracy", "cost", "kl"):
+        history = sorted(client.get_metric_history(train.info.run_id, key), key=lambda m: m.step)
+        assert [m.value for m in history] == pytest.approx([r[key] for r in rounds]), key
     warm = runs(client, "tags.`e3orch.stage` = 'warmstart'")[0]
     assert warm.data.metrics["demonstrations"] > 0
     assert len(client.get_metric_history(warm.info.run_id, "sft_loss")) >= 1
@@ -113,6 +119,11 @@ def test_every_system_is_a_nested_run(tracked: dict[str, Any]) -> None:
         for key in ("accuracy", "cost", "makespan_s", "ie", "n", "transfer_accuracy", "transfer_cost",
                     "transfer_makespan_s", "transfer_ie", "transfer_n"):
             assert key in r.data.metrics, (r.info.run_name, key)
+    metrics = json.loads((tracked["work"] / "reports/metrics.json").read_text())
+    for r in systems:  # the values are metrics.json's
+        name = r.info.run_name.removeprefix("system:")
+        assert r.data.metrics["accuracy"] == pytest.approx(metrics["systems"][name]["accuracy"])
+        assert r.data.metrics["transfer_cost"] == pytest.approx(metrics["transfer"]["systems"][name]["cost"])
     artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id)}
     assert {"metrics.json", "report.md", "plots", "executors"} <= artifacts
     parent = runs(client, f"tags.`{ROLE_TAG}` = 'pipeline'")[0]
