@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import get_args
 
 import polars as pl
@@ -380,3 +381,17 @@ def test_branch_needs_a_leaf_that_follows_first_children() -> None:
         n.leaves = [x for x in n.leaves if x != "A"]
     with pytest.raises(ValueError, match="0 leaves follow first children"):
         _scored(nodes, [lf for lf in leaves if lf.leaf_id != "A"], "branch")
+
+
+def test_branch_with_normalize_std_scales_by_the_continuations_spread() -> None:
+    # leaves A (greedy, right), B (the alternative below p0, wrong), C (the alternative plan, right)
+    nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
+    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+                        defect_penalty=0.5, estimator="branch", normalize_std=True)
+    out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
+    adv = dict(zip(out["node_id"], out["advantage"]))
+    # q0 against q1: half the gap between a right and a wrong single leaf, Beta(2,1) - Beta(1,2) = 1/3, so 1/6,
+    # over the spread of the tree's continuation rewards (four right, one wrong: pstdev 0.4 x 1/3)
+    scale = statistics.pstdev([1, 1, 1, 1, 0]) / 3 + 1e-6
+    assert adv["q0"] == pytest.approx((1 / 6) / scale) == pytest.approx(1.249991, abs=1e-5)
+    assert adv["q1"] == pytest.approx(-adv["q0"]) and adv["p0"] == adv["p1"] == adv["m"] == 0.0
