@@ -76,6 +76,18 @@ def tiny_params_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_params(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.fixture(scope="session")
+def tiny_init_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the tiny params.yaml, its task tables and ``init-policy``'s model (policy.init_dir)."""
+    from e3orch.cli import main
+
+    root = tmp_path_factory.mktemp("tiny-init")
+    params = write_tiny_params(root)
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["init-policy", "--params", str(params)]) == 0
+    return root
+
+
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -47,14 +47,14 @@ def _is_task_table(path: str) -> bool:
     return _TASK_COLUMNS <= set(pl.read_parquet_schema(path))
 
 
-def load_tasks(benchmark: str, data: str | None, params: Params | None = None) -> list[Task]:
+def load_tasks(benchmark: str, data: str | None, params: Params) -> list[Task]:
     if data is not None and _is_task_table(data):
         tasks = [t for t in read_tasks(data) if t.benchmark.split("/")[0] == benchmark]
         if not tasks:
             raise ValueError(f"{data}: no tasks of benchmark {benchmark!r} in this task table")
         return tasks
     if benchmark in live.BENCHMARKS:
-        return live_tasks(params or Params(), benchmark, data)
+        return live_tasks(params, benchmark, data)
     raise ValueError(f"--benchmark {benchmark} needs --data PATH to a task table (.parquet) written by `e3orch prepare`")
 
 

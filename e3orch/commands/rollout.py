@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
+from e3orch.evaluation.systems import is_checkpoint
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--shard must look like I/N (e.g. 0/4), got {args.shard!r}") from None
     policy = args.policy or params.warmstart.out_dir
     local = args.policy is None or Path(policy).is_absolute() or policy.startswith(".")  # else maybe a hub id
-    if local and not (Path(policy) / "config.json").exists():
+    if local and not is_checkpoint(policy):
         raise FileNotFoundError(f"{policy}: not a policy checkpoint directory (run `e3orch warmstart` first, or pass "
                                 "--policy DIR)")
     with stage_run("rollout", params, run_name=f"rollout[{i}/{n}]" if n > 1 else None,

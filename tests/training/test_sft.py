@@ -7,21 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_tiny_params
 
-from e3orch.cli import main
 from e3orch.config import load_params
 from e3orch.training.data import Example, collate, completion_logprobs
 from e3orch.training.sft import sft_train
 
 
-@pytest.fixture(scope="module")
-def init_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("sft")
-    params = write_tiny_params(root)
-    assert main(["prepare", "--params", str(params)]) == 0
-    assert main(["init-policy", "--params", str(params)]) == 0
-    return Path(load_params(params).policy.init_dir)
+@pytest.fixture
+def init_dir(tiny_init_root: Path) -> Path:
+    return Path(load_params(tiny_init_root / "params.yaml").policy.init_dir)
 
 
 def test_sft_counts_completion_tokens_only_takes_the_asked_steps_and_learns(init_dir: Path) -> None:

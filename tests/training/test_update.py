@@ -9,26 +9,16 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import write_tiny_params
 
-from e3orch.cli import main
 from e3orch.config import load_params
 from e3orch.training import trainer as trainer_module
 from e3orch.training.data import Example, collate, completion_logprobs
 from e3orch.training.trainer import RLTrainer
 
 
-@pytest.fixture(scope="module")
-def init_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("update")
-    params = write_tiny_params(root)
-    assert main(["prepare", "--params", str(params)]) == 0
-    assert main(["init-policy", "--params", str(params)]) == 0
-    return root
-
-
 def _trainer(root: Path, **train: Any) -> RLTrainer:
-    params = load_params(write_tiny_params(root, train={"validate_rounds": False, **train}))
+    overrides = {f"train.{k}": v for k, v in {"validate_rounds": False, **train}.items()}
+    params = load_params(root / "params.yaml", overrides)  # the shared folder's file stays as it is
     return RLTrainer(params, params.policy.init_dir)
 
 
@@ -45,9 +35,9 @@ def _examples(trainer: RLTrainer) -> list[Example]:
     return out
 
 
-def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(init_policy: Path,
+def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_root: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    trainer = _trainer(init_policy, ppo_epochs=3, minibatches=2, kl_coef=0.02)
+    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.02)
     examples = _examples(trainer)
     seen: list[dict[str, float]] = []  # each optimizer step's (here: one micro-batch's) weights by decision
 
@@ -66,8 +56,8 @@ def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(init_policy
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_an_update_moves_a_decision_the_way_its_advantage_points(init_policy: Path, sign: float) -> None:
-    trainer = _trainer(init_policy, ppo_epochs=1, minibatches=1, kl_coef=0.0, lr=1e-2)
+def test_an_update_moves_a_decision_the_way_its_advantage_points(tiny_init_root: Path, sign: float) -> None:
+    trainer = _trainer(tiny_init_root, ppo_epochs=1, minibatches=1, kl_coef=0.0, lr=1e-2)
     (e,) = _examples(trainer)[:1]
     e.advantage = sign
     batch = collate([e], trainer.tokenizer.pad_token_id)
@@ -78,8 +68,8 @@ def test_an_update_moves_a_decision_the_way_its_advantage_points(init_policy: Pa
     assert (after - before) * sign > 0
 
 
-def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(init_policy: Path) -> None:
-    trainer = _trainer(init_policy, ppo_epochs=1, minibatches=1, kl_coef=0.02)
+def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(tiny_init_root: Path) -> None:
+    trainer = _trainer(tiny_init_root, ppo_epochs=1, minibatches=1, kl_coef=0.02)
     examples = _examples(trainer)
     for e in examples:
         e.advantage = 0.0
