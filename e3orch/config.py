@@ -19,6 +19,9 @@ from e3orch.executors.base import ConfigError
 
 DEFAULT_PARAMS = "params.yaml"
 
+# the hand-written orchestrators (e3orch/orchestration/handwritten.py) by the names params use
+HANDWRITTEN = ("heuristic", "thrifty", "upfront", "sequential", "random")
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,8 +73,6 @@ class EvaluateConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> EvaluateConfig:
-        from e3orch.orchestration.handwritten import HANDWRITTEN
-
         bad = [b for b in self.baselines if b not in (*HANDWRITTEN, "explore") and not b.startswith("single:")]
         if bad:
             raise ValueError(f"baselines: unknown orchestrator {bad[0]!r}; known: {', '.join(HANDWRITTEN)}, single:<executor>")

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from e3orch.benchmarks.routing import bench_routing, first_executor
+import pytest
+
+from e3orch.benchmarks.routing import bench_routing, first_executor, first_part, options, uniform_chance
+from e3orch.executors.base import load_pool_specs
+from e3orch.orchestration.episode import Observation
+from e3orch.training.demos import Demo
+
+# Three lookups and a decision: on the default pool, four cards are at least fair at lookups
+# (retrieve: web-search, small-llm, mid-llm, frontier-llm) and three at deciding (reason: mid-llm,
+# reasoner, frontier-llm).
+QUESTION = """A multi-hop lookup question.
+P1: (obscure) Look up the annual budget of the Helix Society.
+P2: (moderate) Search for the home city of the Nadir Canal, using P1.
+P3: (simple) Look up the annual budget of Dunmore County, using P2.
+P4: (standard) Decide the most likely explanation, using P3.
+Final answer: the result of P4."""
+
+
+def _plan(completion: str, milestone: str, style: str = "compact") -> Demo:
+    cards = tuple(load_pool_specs("configs/executors/default.yaml"))
+    obs = Observation(task_id="t", question=QUESTION, cards=cards, history=(), pending_milestone=milestone,
+                      milestones_left=5, subtasks_left=20, cost_left=50.0, max_plan_subtasks=8)
+    return Demo(task_id="t", teacher="heuristic", kind="plan", prompt="", completion=completion, obs=obs,
+                style=style)  # type: ignore[arg-type]
 
 
 def test_first_executor_reads_the_first_subtask_line() -> None:
@@ -22,3 +46,32 @@ def test_bench_routing_tiny_run(tiny_params_file: Path) -> None:
     # the best constant answer scores at least the share of its own handle, which is ≥ 1/pool
     assert r["majority_agreement"] >= 1 / 7
     assert r["sft_steps"] > 0
+
+
+def test_first_part_reads_slot_lines_and_instructions() -> None:
+    # a slot line solves its slot's part: the slots are the parts the milestone names, in task order
+    assert first_part("S1 | #1 | -", _plan("", "Solve P3 and P2").obs) == "P2"
+    assert first_part("S2 | #1 | -\nS1 | #2 | -", _plan("", "Solve P3 and P2").obs) == "P3"
+    # a line with an instruction: the first part it names, whatever the slots
+    assert first_part("S1 | #2 | - | Check P4 against P1.", _plan("", "Solve P1").obs) == "P4"
+    assert first_part("S3 | #1 | -", _plan("", "Solve P1").obs) is None  # beyond the slots
+    assert first_part("MILESTONE: Solve P1", _plan("", "Solve P1").obs) is None
+
+
+@pytest.mark.parametrize(("completion", "milestone", "want"), [
+    ("S1 | #4 | -", "Solve P1", 4),           # a lookup: four capable cards
+    ("S1 | #1 | -", "Solve P4", 3),           # deciding: three
+    ("S2 | #2 | -", "Solve P2 and P4", 3),    # slot 2 is P4
+    ("S1 | #1 | - | Decide P4.", "Solve P1", 3),
+    ("S1 | #1 | - | Summarise.", "Solve P1", 7),  # no part named: every card
+])
+def test_options_are_the_first_subtasks_menu(completion: str, milestone: str, want: int) -> None:
+    assert options(_plan(completion, milestone)) == want
+    assert options(_plan(completion, milestone, style="full")) == 7  # full prompts choose among all cards
+
+
+def test_uniform_chance_is_the_mean_of_one_over_the_options() -> None:
+    plans = [_plan("S1 | #4 | -", "Solve P1"), _plan("S1 | #1 | -", "Solve P4"), _plan("S1 | #2 | -", "Solve P2")]
+    assert uniform_chance(plans) == pytest.approx((1 / 4 + 1 / 3 + 1 / 4) / 3)
+    assert uniform_chance([replace(d, style="full") for d in plans]) == pytest.approx(1 / 7)
+    assert uniform_chance([]) == 0.0

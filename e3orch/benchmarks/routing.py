@@ -28,11 +28,49 @@ from collections import Counter
 from typing import Any
 
 _FIRST_EXECUTOR = re.compile(r"^\s*S\d+\s*\|\s*([^|]+?)\s*\|", re.M)
+_FIRST_LINE = re.compile(r"^\s*S(\d+)\s*\|[^|\n]*\|[^|\n]*(?:\|(.*))?$", re.M)
 
 
 def first_executor(plan: str) -> str | None:
     m = _FIRST_EXECUTOR.search(plan)
     return m.group(1) if m else None
+
+
+def first_part(plan: str, obs: Any) -> str | None:
+    """The part the plan's first subtask works on: the first part its instruction names, or, for a
+    slot line that leaves the instruction out (``S2 | #1 | -``), its slot's part."""
+    from e3orch.orchestration.reading import PART_TAG_RE, parse_parts, plan_slots
+
+    m = _FIRST_LINE.search(plan)
+    if not m:
+        return None
+    instruction = (m.group(2) or "").strip()
+    if instruction:
+        tag = PART_TAG_RE.search(instruction)
+        return tag.group(0) if tag else None
+    slots = plan_slots(parse_parts(obs.question)[0], obs.pending_milestone)
+    k = int(m.group(1))
+    return slots[k - 1] if 1 <= k <= len(slots) else None
+
+
+def options(demo: Any) -> int:
+    """How many answers the first executor reference of ``demo``'s plan had to choose among: the
+    cards (``policy.prompt: full``), or the menu of the first subtask's part (compact styles; the
+    cards where that part has no menu)."""
+    from e3orch.orchestration.reading import part_menus
+    from e3orch.policy.prompts import COMPACT_STYLES
+
+    cards = len(demo.obs.cards)
+    if demo.style not in COMPACT_STYLES:
+        return cards
+    part = first_part(demo.completion, demo.obs)
+    menu = part_menus(demo.obs.question, demo.obs.cards).get(part or "", [])
+    return len(menu) if menu else cards
+
+
+def uniform_chance(plans: list[Any]) -> float:
+    """The agreement a uniformly random first executor reference would have: mean 1 / options."""
+    return sum(1 / options(d) for d in plans) / max(1, len(plans))
 
 
 def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads: int | None = None,
@@ -42,9 +80,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
     from e3orch.commands.common import resolve_pool_path, sim_tasks
     from e3orch.config import load_params
     from e3orch.executors.base import load_pool_specs
-    from e3orch.orchestration.reading import PART_TAG_RE, part_menus
     from e3orch.policy.backends.hf import TransformersBackend
-    from e3orch.policy.prompts import COMPACT_STYLES
     from e3orch.training.demos import collect_demonstrations
     from e3orch.training.warmstart import warmstart
 
@@ -72,13 +108,6 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
                                                      max_new_tokens=base.policy.max_new_tokens_milestone)]
         mean_prompt = sum(count(p) for p in plan_prompts) / max(1, len(plan_prompts))
 
-    def options(d: Any) -> int:
-        if base.policy.prompt not in COMPACT_STYLES:
-            return len(d.obs.cards)
-        tag = PART_TAG_RE.search(d.completion)
-        menu = part_menus(d.obs.question, d.obs.cards).get(tag.group(0) if tag else "", [])
-        return len(menu) if menu else len(d.obs.cards)
-
     def agree(a: str | None, b: str | None) -> bool:
         return a is not None and a == b
 
@@ -90,7 +119,7 @@ def bench_routing(params_path: str = "params.yaml", quick: bool = False, threads
         "handle_agreement": round(sum(agree(first_executor(g), w) for g, w in zip(got_p, want)) / n, 3),
         "majority_agreement": round(sum(agree(top, w) for w in want) / n, 3),
         "majority_handle": top,
-        "uniform_chance": round(sum(1 / options(d) for d in plans) / n, 3),
+        "uniform_chance": round(uniform_chance(plans), 3),
         "plan_exact": round(sum(g.strip() == d.completion.strip() for g, d in zip(got_p, plans)) / n, 3),
         "milestone_exact": round(sum(g.strip() == d.completion.strip() for g, d in zip(got_m, miles)) / max(1, len(miles)), 3),
         "plan_decisions": len(plans),

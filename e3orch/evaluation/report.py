@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from e3orch.orchestration.handwritten import HANDWRITTEN
+from e3orch.config import HANDWRITTEN
 
 
 def render_table(systems: dict[str, dict[str, Any]], *, markdown: bool = False) -> str:

@@ -28,6 +28,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from e3orch.config import HANDWRITTEN
 from e3orch.data.sim import stable_seed
 from e3orch.executors.base import ExecutorSpec
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
@@ -212,9 +213,6 @@ class RandomOrchestrator(RuleOrchestrator):
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         return random.Random(stable_seed(self.seed, part.id, part.text)).choice(router.cards).name
-
-
-HANDWRITTEN = ("heuristic", "thrifty", "upfront", "sequential", "random")
 
 
 def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orchestrator:

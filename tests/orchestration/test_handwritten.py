@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from e3orch.config import EngineConfig
+from e3orch.config import HANDWRITTEN, EngineConfig
 from e3orch.data.sim import DOMAINS, generate_split
 from e3orch.data.tasks import Task
 from e3orch.executors.base import Pool, build_pool, load_pool_specs
 from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.episode import run_episode
 from e3orch.orchestration.handwritten import (
-    HANDWRITTEN,
     Router,
     card_levels,
     make_handwritten,
