@@ -213,7 +213,7 @@ class RewardsConfig(_Section):
         "(total accuracy over total cost)")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
     estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
-    normalize_std: bool = Field(True, description="divide advantages by the group's std")
+    normalize_std: bool = Field(True, description="divide advantages by the std of the tree's leaf rewards")
     positive_only: bool = Field(False, description="negative advantages become 0: the update only raises decisions that did better than their baseline")
 
 
