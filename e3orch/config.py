@@ -12,10 +12,10 @@ import copy
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from e3orch.executors.base import ConfigError
+from e3orch.files import read_yaml
 
 DEFAULT_PARAMS = "params.yaml"
 
@@ -37,6 +37,19 @@ class PrepareConfig(_Section):
         30, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
     domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
     out_dir: str = "data/tasks"
+
+    @model_validator(mode="after")
+    def _check(self) -> PrepareConfig:
+        if not self.domains:
+            return self
+        from e3orch.data.sim import DOMAINS
+
+        for i, d in enumerate(self.domains):
+            if d not in DOMAINS:
+                raise ValueError(f"domains: unknown sim domain {d!r}; known: {', '.join(DOMAINS)}")
+            if d in self.domains[:i]:
+                raise ValueError(f"domains: {d!r} is listed twice")
+        return self
 
 
 class EngineConfig(_Section):
@@ -401,9 +414,11 @@ def _params_chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, d
             raise ConfigError(f"{seen[-1]}: base: {path} does not exist")
         return [(path, {})]
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = read_yaml(path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if data is None:
+        raise ConfigError(f"{path}: is empty; give at least one section (or no params file for the defaults)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a mapping of sections, got {type(data).__name__}")
     base = data.pop("base", None)
@@ -423,7 +438,8 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
     A file may start with ``base: <path>`` (relative to the file's own folder): the base is read
     first and the file's keys override it, section by section and key by key. A file that states
     only what differs from ``params.yaml`` therefore follows later changes of the defaults.
-    A missing file reads as empty (all defaults), except as someone's base.
+    A missing file reads as empty (all defaults), except as someone's base; a file that exists
+    but holds nothing (a truncated file, most likely) is an error.
     """
     return _merge_chain(_params_chain(Path(path)))
 

@@ -24,10 +24,11 @@ def test_defaults_load_without_a_file(tmp_path: Path) -> None:
     assert p.prepare.domains == ()
 
 
-def test_empty_file_and_empty_sections_are_defaults(tmp_path: Path) -> None:
+def test_empty_sections_are_defaults_and_an_empty_file_an_error(tmp_path: Path) -> None:
     f = tmp_path / "params.yaml"
-    f.write_text("")
-    assert load_params(f) == Params()
+    f.write_text("")  # most likely a file truncated by mistake: running on the defaults could overwrite outputs
+    with pytest.raises(ConfigError, match="is empty"):
+        load_params(f)
     f.write_text("engine:\nprepare: {}\n")
     assert load_params(f) == Params()
 

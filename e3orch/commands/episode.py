@@ -45,9 +45,10 @@ def pick_task(args: argparse.Namespace, params):  # type: ignore[no-untyped-def]
             domains = sorted({t.domain for t in tasks})
             args.domain = random.Random(args.seed).choice(domains)
         if args.domain:
+            known = ", ".join(sorted({t.domain for t in tasks}))
             tasks = [t for t in tasks if t.domain == args.domain]
             if not tasks:
-                raise ValueError(f"unknown sim domain {args.domain!r}")
+                raise ValueError(f"--domain {args.domain}: no such domain in the {args.split} split; known: {known}")
     if args.task_id:
         match = [t for t in tasks if t.task_id == args.task_id]
         if not match:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path
+from e3orch.files import write_text_atomic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,11 +80,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
+    # episodes stream into a side file; an interrupted run leaves the previous pair whole
+    partial = out / "episodes.jsonl.partial"
 
     async def go() -> tuple[dict[str, list[Episode]], dict[str, int]]:
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
-            with (out / "episodes.jsonl").open("w") as f:
+            with partial.open("w") as f:
                 def start(name: str) -> Callable[[Episode], None]:
                     bar = progress.add_task(name[:28], total=len(tasks))
                     return lambda _ep: progress.advance(bar)
@@ -102,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = metrics_table(results, redrawn)
     metrics["config"] = {"env": args.env, "split": split, "limit": limit, "seed": seed,
                          "executors": str(pool_path), "n_tasks": len(tasks)}
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    partial.replace(out / "episodes.jsonl")
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     console.print(render_table(metrics["systems"]), soft_wrap=True)
     console.print(f"wrote {out / 'metrics.json'} and {out / 'episodes.jsonl'}")
     if args.json:

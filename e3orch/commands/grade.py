@@ -40,11 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_task_table(path: str) -> bool:
-    if not path.lower().endswith(".parquet") or not Path(path).exists():
+    if not path.lower().endswith(".parquet"):
         return False
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--data {path}: no such file")
     import polars as pl
 
-    return _TASK_COLUMNS <= set(pl.read_parquet_schema(path))
+    try:
+        return _TASK_COLUMNS <= set(pl.read_parquet_schema(path))
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(f"--data {path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
 
 
 def load_tasks(benchmark: str, data: str | None, params: Params) -> list[Task]:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks
-from e3orch.evaluation.systems import is_checkpoint
+from e3orch.evaluation.systems import check_local_policy
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,18 +23,17 @@ def run(args: argparse.Namespace) -> int:
     from e3orch.rollout.stage import rollout_stage
     from e3orch.tracking import stage_run
 
-    params = params_from(args)
-    pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
-    specs = load_pool_specs(pool_path)
     try:
         i, n = (int(x) for x in args.shard.split("/"))
     except ValueError:
         raise ValueError(f"--shard must look like I/N (e.g. 0/4), got {args.shard!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"--shard {args.shard}: needs 0 <= I < N")
+    params = params_from(args)
+    pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
+    specs = load_pool_specs(pool_path)
     policy = args.policy or params.warmstart.out_dir
-    local = args.policy is None or Path(policy).is_absolute() or policy.startswith(".")  # else maybe a hub id
-    if local and not is_checkpoint(policy):
-        raise FileNotFoundError(f"{policy}: not a policy checkpoint directory (run `e3orch warmstart` first, or pass "
-                                "--policy DIR)")
+    check_local_policy(policy, "--policy", "run `e3orch warmstart` first, or pass --policy DIR", local=args.policy is None)
     with stage_run("rollout", params, run_name=f"rollout[{i}/{n}]" if n > 1 else None,
                    tags={"e3orch.shard": f"{i}/{n}", "e3orch.round": args.round}) as tracker:
         summary = rollout_stage(params, policy, sim_tasks(params, "train"), specs,

@@ -9,6 +9,7 @@ requirement graph that drives the simulated executors. Orchestrators and policie
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,9 +120,47 @@ def write_tasks(tasks: Sequence[Task], path: str | Path) -> Path:
     return p
 
 
-def read_tasks(path: str | Path) -> list[Task]:
+def schema_problems(exc: Exception, most: int = 4) -> str:
+    """A pandera ``SchemaErrors`` in one line: each failed check and its column."""
+    def say(e: dict[str, Any]) -> str:
+        check, column, error = e.get("check", "?"), e.get("column", "?"), str(e.get("error", ""))
+        if check == "column_in_dataframe":
+            return f"no column {column!r}"
+        if check == "column_in_schema":
+            m = re.match(r"column '([^']*)' not in", error)
+            return f"unexpected column {m.group(1)!r}" if m else "unexpected column"
+        if check == "field_uniqueness":
+            return f"{column!r} not unique"
+        if check == "dtype":
+            return f"column {column!r} has the wrong type ({error.splitlines()[0][:80]})"
+        return f"{column!r} fails {check}"
+
+    found = [say(e) for kind in getattr(exc, "message", {}).values() for errors in kind.values() for e in errors]
+    if not found:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    more = f"; {len(found) - most} more" if len(found) > most else ""
+    return "; ".join(found[:most]) + more
+
+
+def read_table(path: str | Path, schema: Any, what: str, missing_hint: str = "") -> pl.DataFrame:
+    """A Parquet table checked against its pandera ``schema``; a missing, unreadable or
+    off-schema file is one ``ValueError``/``FileNotFoundError`` line naming ``path`` and ``what``."""
+    from pandera.errors import SchemaError, SchemaErrors
+
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"task file not found: {p} (run `e3orch prepare` first)")
-    df = pl.read_parquet(p)
-    return frame_to_tasks(TaskSchema.validate(df, lazy=True))
+        raise FileNotFoundError(f"{what} not found: {p}{missing_hint}")
+    if p.is_dir():
+        raise ValueError(f"{p}: is a folder, not a {what}")
+    try:
+        df = pl.read_parquet(p)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(f"{p}: not a readable {what} ({str(exc).splitlines()[0]})") from None
+    try:
+        return schema.validate(df, lazy=True)
+    except (SchemaErrors, SchemaError) as exc:
+        raise ValueError(f"{p}: not a valid {what}: {schema_problems(exc)}") from None
+
+
+def read_tasks(path: str | Path) -> list[Task]:
+    return frame_to_tasks(read_table(path, TaskSchema, "task table", " (run `e3orch prepare` first)"))

@@ -21,6 +21,7 @@ from e3orch.config import Params
 from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_systems
 from e3orch.evaluation.systems import make_orchestrator
 from e3orch.executors.base import ExecutorSpec, build_pool
+from e3orch.files import write_text_atomic
 from e3orch.orchestration.types import Episode
 
 
@@ -74,12 +75,13 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
     if ecfg.generated_pools:
         metrics["generated"], gen_groups = evaluate_generated(params, tasks, policies, out / "generated_pools", on_system)
         groups += gen_groups
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    with (out / "episodes.jsonl").open("w") as f:
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    with (out / "episodes.jsonl.partial").open("w") as f:
         for pool_name, group in groups:
             for name, episodes in group.items():
                 for ep in episodes:
                     f.write(json.dumps({"pool": pool_name, "system": name, **ep.to_dict()}) + "\n")
+    (out / "episodes.jsonl.partial").replace(out / "episodes.jsonl")
     write_report(metrics, out)
     return metrics
 

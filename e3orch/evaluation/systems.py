@@ -14,6 +14,17 @@ def is_checkpoint(name: str) -> bool:
     return Path(name).is_dir() and (Path(name) / "config.json").exists()
 
 
+def check_local_policy(name: str, what: str, hint: str, *, local: bool = False) -> None:
+    """Fail at once when ``name`` means a folder here (or ``local``: a default path) and holds no
+    policy. A name that could only be a hub id (``org/model``, no local folder ``org``) is left to
+    the loader."""
+    p = Path(name)
+    local = (local or p.is_absolute() or name.startswith(".") or len(p.parts) != 2 or p.exists()
+             or Path(p.parts[0]).is_dir())
+    if local and not is_checkpoint(name):
+        raise FileNotFoundError(f"{what} {name}: not a policy checkpoint directory ({hint})")
+
+
 def make_orchestrator(name: str, pool: Pool, *, seed: int = 0, policy_options: dict[str, Any] | None = None) -> Orchestrator:
     """``heuristic`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>`` | checkpoint dir."""
     if is_checkpoint(name):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from e3orch.files import read_yaml
 
 SKILLS: tuple[str, ...] = ("retrieve", "compute", "code", "reason")
 
@@ -248,8 +249,9 @@ def parse_pool_specs(data: Mapping[str, Any], source: str = "<pool>") -> list[Ex
             spec = ExecutorSpec.model_validate(item)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise ConfigError(f"{source}: executors[{i}].{loc}: {err['msg']}") from None
+            loc = "".join(f".{p}" for p in err["loc"] if p != "__root__")
+            msg = err["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"{source}: executors[{i}]{loc}: {msg}") from None
         if spec.name in seen:
             raise ConfigError(f"{source}: executors[{i}].name: duplicate executor name {spec.name!r}")
         seen.add(spec.name)
@@ -262,9 +264,9 @@ def load_pool_specs(path: str | Path) -> list[ExecutorSpec]:
     if not p.exists():
         raise ConfigError(f"executor pool file not found: {p} (pass --executors PATH to an existing YAML pool)")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        data = read_yaml(p)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_pool_specs(data, str(p))
 
 
@@ -274,8 +276,11 @@ def build_pool(specs: Iterable[ExecutorSpec] | str | Path, source: str = "") -> 
         source = str(specs)
         specs = load_pool_specs(specs)
     pool = Pool(source=source)
-    for spec in specs:
-        cls = executor_class(spec.kind)
+    for i, spec in enumerate(specs):
+        try:
+            cls = executor_class(spec.kind)
+        except ConfigError as exc:
+            raise ConfigError(f"{source or 'pool'}: executors[{i}].kind: {exc}") from None
         try:
             pool.executors[spec.name] = cls(spec)
         except (ValueError, TypeError) as exc:

@@ -144,7 +144,6 @@ def write_validated(df: pl.DataFrame, schema: pa.DataFrameSchema, path: str | Pa
 
 
 def read_validated(path: str | Path, schema: pa.DataFrameSchema) -> pl.DataFrame:
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{p} not found (run the stage that writes it first)")
-    return schema.validate(pl.read_parquet(p), lazy=True)
+    from e3orch.data.tasks import read_table
+
+    return read_table(path, schema, "rollout table", " (run the stage that writes it first)")
