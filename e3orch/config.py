@@ -334,6 +334,17 @@ class LiveConfig(_Section):
     )
     eval_fraction: float = Field(0.5, gt=0, lt=1, description="share of each benchmark hashed into the eval split")
 
+    @model_validator(mode="after")
+    def _check(self) -> LiveConfig:
+        if not self.sources:
+            return self
+        from e3orch.data.live import BENCHMARKS
+
+        bad = [b for b in self.sources if b not in BENCHMARKS]
+        if bad:
+            raise ValueError(f"sources: unknown live benchmark {bad[0]!r}; known: {', '.join(BENCHMARKS)}")
+        return self
+
 
 class Params(_Section):
     prepare: PrepareConfig = PrepareConfig()

@@ -70,6 +70,13 @@ def test_prepare_domains_are_checked_when_params_load(tmp_path: Path, domains: s
         load_params_file(p)
 
 
+def test_live_sources_name_known_benchmarks(tmp_path: Path) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text("live:\n  sources: {humaneval: a.jsonl, gsm8kk: b.jsonl}\n")
+    with pytest.raises(ConfigError, match=r"live\.sources: unknown live benchmark 'gsm8kk'; known: humaneval, mbpp"):
+        load_params_file(p)
+
+
 def test_pool_files_name_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
     twice = tmp_path / "twice.yaml"
     twice.write_text("executors:\n  - name: a\n    kind: simulated\n    name: b\n")
