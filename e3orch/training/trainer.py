@@ -20,7 +20,6 @@ import json
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -134,10 +133,17 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     tree count equally: each example gets 1 / (examples in its tree). ``skip_zero_advantage``
     leaves out decisions whose advantage is exactly 0 (a tree with none left drops out); the
     weights count the examples kept.
+
+    Copies merge: the same answer to the same prompt in one tree (a slot alternative repeats
+    every other slot's answer of the plan it varies; siblings often sample the same plan) is one
+    example with its copies' weight and their mean advantage. That is the same gradient as the
+    copies apart, but it is taken whole in one optimizer step: apart, copies whose advantages
+    cancel (a greedy slot answer at +a in one sibling, -a in another) landed in different
+    minibatches and moved the policy back and forth.
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
-    out = []
+    merged: dict[tuple[str, tuple[int, ...], tuple[int, ...]], Example] = {}
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     for row in scored.iter_rows(named=True):
         if not row["token_ids"]:
@@ -153,10 +159,20 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
                 continue
             p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
             p = p[max(0, len(p) + len(c) - max_len):]
-            out.append(Example(p, c, float(row["advantage"]), lp, 1.0, row["tree_id"]))
-    n_in_tree = Counter(e.group for e in out)  # the examples a tree actually yields (forced, over-long: none)
+            key = (row["tree_id"], tuple(p), tuple(c))
+            if key in merged:  # weight: the copies so far; advantage: their sum until the end
+                merged[key].weight += 1.0
+                merged[key].advantage += float(row["advantage"])
+            else:
+                merged[key] = Example(p, c, float(row["advantage"]), lp, 1.0, row["tree_id"])
+    out = list(merged.values())
     for e in out:
-        e.weight = 1.0 / n_in_tree[e.group]
+        e.advantage /= e.weight
+    n_in_tree: dict[str, float] = {}  # the examples a tree actually yields (forced, over-long: none), copies included
+    for e in out:
+        n_in_tree[e.group] = n_in_tree.get(e.group, 0.0) + e.weight
+    for e in out:
+        e.weight /= n_in_tree[e.group]
     return out
 
 
@@ -205,7 +221,11 @@ class RLTrainer:
         if pc.backend == "vllm":
             from e3orch.policy.backends.vllm import VLLMBackend
 
-            return VLLMBackend(str(self.init_dir), base_url=pc.vllm_url, tokenizer=self.tokenizer)
+            serve = Path(pc.vllm_model_dir)
+            if serve.resolve() == self.init_dir.resolve():
+                raise ValueError(f"policy.vllm_model_dir: {serve} is the warm start itself; every round's weights are "
+                                 "written there: serve a copy (make vllm-serve VLLM_MODEL=<warm start> copies it)")
+            return VLLMBackend(str(self.init_dir), base_url=pc.vllm_url, tokenizer=self.tokenizer, sync_dir=str(serve))
         from e3orch.policy.backends.hf import TransformersBackend
 
         # zero-copy: the rollout engine generates with the very module being trained

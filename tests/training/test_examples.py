@@ -68,3 +68,29 @@ def test_a_long_prompt_is_cut_from_the_left_to_fit(tokenizer) -> None:  # type: 
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     full = bos + tokenizer("### decide: milestone a0\n", add_special_tokens=False)["input_ids"]
     assert len(full) > 4 and e.prompt_ids == full[-4:] and len(e.prompt_ids) + len(e.completion_ids) == 7
+
+
+def test_copies_of_one_answer_merge_into_one_example(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    # a plan branch asked slot by slot: the greedy plan (P1 #1, P2 #1) and two alternatives that each
+    # change one slot; the unchanged slots repeat the greedy answers to the same prompts
+    p1 = "### S1 P1 reason normal: #1 good 3.5 | #2 strong 11\n### decide: plan for Solve P1\n"
+    p2 = "### S1 P2 code normal: #1 good 3.5 | #2 strong 5.6\n### decide: plan for Solve P2\n"
+    one, two = [5, 6], [7, 8]  # "#1" and "#2", say
+    rows = [("greedy", one + one, [-0.1, -0.1, -0.2, -0.2], 0.1),
+            ("P1 to #2", two + one, [-3.0, -3.0, -0.2, -0.2], 0.3),
+            ("P2 to #2", one + two, [-0.1, -0.1, -2.0, -2.0], -0.4)]
+    scored = pl.DataFrame(
+        [{"tree_id": "a", "prompt": "", "token_ids": t, "logprobs": lp, "advantage": adv, "sub_prompts": [p1, p2],
+          "sub_lengths": [2, 2]} for _, t, lp, adv in rows] + [
+            {"tree_id": "b", "prompt": p1, "token_ids": one, "logprobs": [-0.1, -0.1], "advantage": 1.0,
+             "sub_prompts": [], "sub_lengths": []}],  # the same answer in another tree stays apart
+        schema_overrides={"sub_prompts": pl.List(pl.Utf8), "sub_lengths": pl.List(pl.Int64)})
+    ex = examples_from_scored(scored, tokenizer, 256)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    prompt_of = {tuple(bos + tokenizer(p, add_special_tokens=False)["input_ids"]): name for name, p in (("P1", p1), ("P2", p2))}
+    got = [(e.group, prompt_of[tuple(e.prompt_ids)], e.completion_ids, round(e.advantage, 9), round(e.weight, 9)) for e in ex]
+    # six slot answers in tree a, four distinct: P1 #1 twice (0.1, -0.4), P2 #1 twice (0.1, 0.3)
+    assert got == [("a", "P1", one, -0.15, round(2 / 6, 9)), ("a", "P2", one, 0.2, round(2 / 6, 9)), ("a", "P1", two, 0.3, round(1 / 6, 9)),
+                   ("a", "P2", two, -0.4, round(1 / 6, 9)), ("b", "P1", one, 1.0, 1.0)]
+    # the same gradient as the copies apart: sum of weight x advantage per distinct answer
+    assert sum(e.weight * e.advantage for e in ex if e.group == "a") == pytest.approx((0.1 + 0.1 + 0.3 + 0.3 - 0.4 - 0.4) / 6)
