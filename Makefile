@@ -49,11 +49,15 @@ vllm-env:
 	.vllm-venv/bin/pip install -q -U pip
 	.vllm-venv/bin/pip install -q -r requirements-vllm.txt
 
+# The server serves a copy of VLLM_MODEL (policy.vllm_model_dir): RL writes each round's weights
+# into the served folder, which must not be the warm start itself.
 VLLM_MODEL ?= models/warmstart
+VLLM_SERVE_DIR ?= models/vllm-serve
 VLLM_PORT  ?= 8100
 vllm-serve: vllm-env
-	.vllm-venv/bin/vllm serve $(VLLM_MODEL) --port $(VLLM_PORT) --enable-lora --max-lora-rank 64 \
-	    --dtype bfloat16 --gpu-memory-utilization 0.85
+	rm -rf $(VLLM_SERVE_DIR) && mkdir -p $(dir $(VLLM_SERVE_DIR)) && cp -r $(VLLM_MODEL) $(VLLM_SERVE_DIR)
+	VLLM_SERVER_DEV_MODE=1 .vllm-venv/bin/vllm serve $(VLLM_SERVE_DIR) --port $(VLLM_PORT) --enable-lora \
+	    --max-lora-rank 64 --dtype bfloat16 --gpu-memory-utilization 0.85
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -116,6 +116,8 @@ class PolicyConfig(_Section):
     base_model: str = Field("", description="HF id/path to start from instead of the small default (e.g. Qwen/Qwen2.5-1.5B-Instruct)")
     backend: Literal["transformers", "vllm"] = "transformers"
     vllm_url: str = Field("http://localhost:8100/v1", description="vLLM server (backend: vllm)")
+    vllm_model_dir: str = Field("models/vllm-serve", description="the folder the vLLM server serves, a copy of the "
+                                "policy (make vllm-serve makes it); RL writes each round's weights there")
     device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:N | mps")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")

@@ -11,12 +11,14 @@ MODEL=${MODEL:-models/warmstart}
 PORT=${PORT:-8100}
 test -d "$MODEL" || .venv/bin/e3orch warmstart
 make vllm-env
-VLLM_SERVER_DEV_MODE=1 .vllm-venv/bin/vllm serve "$MODEL" --port "$PORT" --dtype bfloat16 \
+# the server serves a copy: the RL round writes its weights into the served folder
+SERVE="$OUT/vllm-serve"; rm -rf "$SERVE"; cp -r "$MODEL" "$SERVE"
+VLLM_SERVER_DEV_MODE=1 .vllm-venv/bin/vllm serve "$SERVE" --port "$PORT" --dtype bfloat16 \
     --gpu-memory-utilization 0.5 --enforce-eager > "$OUT/vllm.log" 2>&1 &
 VLLM_PID=$!
 trap 'kill $VLLM_PID 2>/dev/null || true' EXIT
 for _ in $(seq 120); do curl -sf "localhost:$PORT/v1/models" >/dev/null && break; sleep 2; done
-.venv/bin/python - "$MODEL" "http://localhost:$PORT/v1" > "$OUT/backends.json" <<'PY'
+.venv/bin/python - "$SERVE" "http://localhost:$PORT/v1" > "$OUT/backends.json" <<'PY'
 import json, sys
 from e3orch.config import load_params
 from e3orch.benchmarks.backends import bench_backends
@@ -24,5 +26,6 @@ print(json.dumps(bench_backends(sys.argv[1], sys.argv[2], load_params()), indent
 PY
 cat "$OUT/backends.json"
 .venv/bin/e3orch train --init "$MODEL" --no-resume --out "$OUT/policy-gpu" --metrics "$OUT/gpu_round.json" \
-    --params <(sed -e 's/^  backend: transformers/  backend: vllm/' -e 's/^  rounds: .*/  rounds: 1/' params.yaml) || true
+    --params <(sed -e 's/^  backend: transformers/  backend: vllm/' -e 's/^  rounds: .*/  rounds: 1/' \
+                   -e "s|^  vllm_model_dir: .*|  vllm_model_dir: $SERVE|" params.yaml) || true
 cat "$OUT/gpu_round.json" 2>/dev/null || true

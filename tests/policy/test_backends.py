@@ -201,3 +201,98 @@ def test_vllm_backend_generates_with_logprobs(tiny_model: Path) -> None:
 def test_vllm_backend_without_server_says_what_to_start(tiny_model: Path) -> None:
     with pytest.raises(ConnectionError, match="vllm-serve"):
         make_backend("vllm", str(tiny_model), base_url="http://127.0.0.1:9/v1")
+
+
+class _FakeVLLM:
+    """A local HTTP server answering the few vLLM endpoints the backend calls, recording each request
+    body: it checks what the client sends (vLLM itself needs a GPU; the GPU test above runs it)."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[tuple[str, dict]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, obj: object) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send({"data": [{"id": "served"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                outer.requests.append((self.path, body))
+                if body.get("prompt_logprobs") is not None:  # scoring: one entry per prompt token
+                    n = len(body["prompt"])
+                    self._send({"choices": [{"index": 0, "prompt_logprobs": [None] + [
+                        {"7": {"logprob": -0.25, "rank": 1}}] * (n - 1)}]})
+                elif "prompt" in body:
+                    self._send({"choices": [{"index": i, "text": "x", "finish_reason": "length",
+                                             "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]}}
+                                            for i in range(len(body["prompt"]) * body.get("n", 1))]})
+                else:
+                    self._send({})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_vllm_backend_sends_the_trainers_token_ids_and_syncs_into_its_own_folder(
+        tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from e3orch.policy.backends.hf import TransformersBackend
+    from e3orch.policy.backends.vllm import VLLMBackend
+
+    hf = TransformersBackend(str(tiny_model), batch_size=4)
+    server = _FakeVLLM()
+    try:
+        vb = VLLMBackend(str(tiny_model), base_url=server.url, sync_dir=str(tmp_path / "serve"))
+        prompts = ["### decide: milestone\n", "### S1 P1 code normal: #1 good 3.5\n### decide: plan for Solve P1\n"]
+        (gen,), _ = vb.generate(prompts, max_new_tokens=4)
+        path, body = server.requests[-1]
+        # the prompts as token ids, BOS first, exactly as the trainer and the transformers backend encode them
+        assert path == "/v1/completions" and body["prompt"] == hf.encode_prompts(prompts)
+        assert hf.tokenizer.bos_token_id is not None and body["prompt"][0][0] == hf.tokenizer.bos_token_id
+        assert gen.token_ids == [7] and gen.logprobs == [-0.5]
+        (scores,) = vb.score(prompts[:1], ["MILESTONE: Solve P1"])
+        _, body = server.requests[-1]
+        assert body["prompt"] == hf.encode_prompts(prompts[:1])[0] + hf.completion_ids("MILESTONE: Solve P1")
+        assert scores == [-0.25] * len(hf.completion_ids("MILESTONE: Solve P1"))
+        # weight sync writes the served copy and asks the server to reload; the policy folder is untouched
+        before = (tiny_model / "model.safetensors").read_bytes()
+        vb.update_weights(AutoModelForCausalLM.from_pretrained(str(tiny_model)))
+        assert (tmp_path / "serve" / "model.safetensors").exists()
+        assert [p for p, _ in server.requests[-2:]] == ["/collective_rpc", "/reset_prefix_cache"]
+        assert (tiny_model / "model.safetensors").read_bytes() == before
+        vb.release()
+    finally:
+        server.close()
+
+
+def test_rl_refuses_to_sync_vllm_weights_into_the_warm_start(tiny_model: Path, tmp_path: Path) -> None:
+    from conftest import tiny_params
+
+    from e3orch.config import Params
+    from e3orch.training.trainer import RLTrainer
+
+    data = tiny_params(tmp_path)
+    data["policy"].update(backend="vllm", vllm_model_dir=str(tiny_model), vllm_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match="policy.vllm_model_dir: .* is the warm start itself"):
+        RLTrainer(Params.model_validate(data), tiny_model)

@@ -5,11 +5,16 @@ vLLM's pins clash with Prefect's, so it never lives in this environment: start i
 OpenAI-compatible ``/v1/completions`` with per-token log-probs and token ids; scoring uses
 ``prompt_logprobs``. Weight sync, without restarting the server:
 
-* ``reload`` (default): the trainer writes its weights into the directory the server serves,
-  then asks the server to reload them (``POST /collective_rpc`` with ``reload_weights``; the
-  server runs with ``VLLM_SERVER_DEV_MODE=1``).
+* ``reload`` (default): the trainer writes its weights into the directory the server serves
+  (``policy.vllm_model_dir``, a copy ``make vllm-serve`` makes of the policy, so the warm start
+  itself is never overwritten), then asks the server to reload them (``POST /collective_rpc``
+  with ``reload_weights``; the server runs with ``VLLM_SERVER_DEV_MODE=1``).
 * ``lora``: the trainer saves a LoRA adapter and hot-loads it (``POST /v1/load_lora_adapter``,
   server started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``).
+
+Prompts go to the server as token ids, encoded exactly as the trainer encodes them (BOS first
+when the tokenizer has one): sent as text, the server would tokenize them without the BOS the
+policy was trained with, and the rollout's log-probs would not be the update's.
 
 Only httpx is imported here; nothing of vLLM.
 """
@@ -31,10 +36,11 @@ class VLLMBackend(PolicyBackend):
 
     def __init__(self, model: str, *, base_url: str = "http://localhost:8100/v1", tokenizer: Any = None,
                  served_model: str | None = None, sync: str = "reload", timeout_s: float = 600.0,
-                 lora_name: str = "e3orch-policy") -> None:
+                 lora_name: str = "e3orch-policy", sync_dir: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")
-        self.model_dir = self.model_path = model
+        self.model_path = model
+        self.model_dir = sync_dir or model  # where update_weights writes: the folder the server serves
         self.client = httpx.Client(timeout=timeout_s)
         try:
             models = self.client.get(f"{self.base_url}/models").json()["data"]
@@ -56,6 +62,11 @@ class VLLMBackend(PolicyBackend):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Prompt token ids as the trainer builds them: BOS (when the tokenizer has one), then the text."""
+        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+        return [bos + list(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 64, seed: int | None = None, min_new_tokens: int = 0,
                  row_seeds: Sequence[int] | None = None) -> list[list[Generation]]:
@@ -63,7 +74,7 @@ class VLLMBackend(PolicyBackend):
             return [self.generate([p], n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                   seed=s % 2**31, min_new_tokens=min_new_tokens)[0] for p, s in zip(prompts, row_seeds)]
         body: dict[str, Any] = {
-            "model": self.active_model, "prompt": list(prompts), "n": n, "temperature": temperature,
+            "model": self.active_model, "prompt": self.encode_prompts(prompts), "n": n, "temperature": temperature,
             "top_p": top_p, "max_tokens": max_new_tokens, "min_tokens": min_new_tokens, "logprobs": 0,
             "return_tokens_as_token_ids": True, "skip_special_tokens": True,
         }
@@ -87,8 +98,9 @@ class VLLMBackend(PolicyBackend):
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
         res = []
         for p, c in zip(prompts, completions):
-            n_prompt = self.count_tokens(p)
-            body = {"model": self.active_model, "prompt": p + c + self.tokenizer.eos_token, "max_tokens": 1,
+            (ids,) = self.encode_prompts([p])
+            n_prompt = len(ids)
+            body = {"model": self.active_model, "prompt": ids + self.completion_ids(c), "max_tokens": 1,
                     "prompt_logprobs": 0, "temperature": 0.0}
             r = self.client.post(f"{self.base_url}/completions", json=body)
             r.raise_for_status()
