@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,10 +232,15 @@ class TreeRollout:
                     t += len(a) if greedy else 0
                     i += own * len(a)
                 changed: list[str | None] = []  # per path, the part its alternatives changed
+                in_tree: Counter[str] = Counter()  # paths of one tree that draw alternatives at this step
                 for path, runs, sp, alt, k in zip(group, all_runs, subs, alts, ks):
                     changed.append(None)
                     if alt and sp is not None:
-                        rng = random.Random(stable_seed(seed, round_id, step, path.tree.tree_id, path.tree.nodes))
+                        # each path its own draw (the first keeps the seed it always had)
+                        j = in_tree[path.tree.tree_id]
+                        in_tree[path.tree.tree_id] += 1
+                        key = (seed, round_id, step, path.tree.tree_id, path.tree.nodes) + ((j,) if j else ())
+                        rng = random.Random(stable_seed(*key))
                         more, changed[-1] = await self._alternatives(runs[0], sp, k - 1, rng,
                                                                      focus=path.focus if path.look > 0 else None)
                         runs += more

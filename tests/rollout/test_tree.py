@@ -398,6 +398,13 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
         assert len(alts) == 1  # yes or no: one alternative
         flipped = [k for k, (a, b) in enumerate(zip(alts[0].token_ids, drawn.token_ids)) if a != b]
         assert len(flipped) == 1 and alts[0].logprobs[flipped[0]] == -1.0
+    # paths of one tree that branch at the same step draw their flips independently (they shared one draw)
+    same_step: dict[tuple[str, int, int], set[int]] = {}
+    for sibs in groups.values():
+        drawn, alt = sorted(sibs, key=lambda n: n.sibling_index)
+        k = next(k for k, (a, b) in enumerate(zip(alt.token_ids, drawn.token_ids)) if a != b)
+        same_step.setdefault((drawn.tree_id, drawn.depth, len(drawn.sub_prompts)), set()).add(k)
+    assert any(len(ks) > 1 for ks in same_step.values())
     assert sub_prompts is not None
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
 
