@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -289,6 +290,10 @@ class RLTrainer:
                                        "fingerprint": self.fingerprint(), "best": self.best,
                                        "validation": self.validation, "w_cost": self.w_cost}))
             tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
+            keep = self.best_dir(self.best["round"]).name if self.best else None
+            for d in self.ckpt.glob("best-*"):  # best folders round.json no longer names
+                if d.name != keep:
+                    shutil.rmtree(d, ignore_errors=True)
 
     # -- validation and round selection -------------------------------------------------------
     def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:
@@ -344,14 +349,19 @@ class RLTrainer:
 
     def consider(self, figures: dict[str, Any]) -> bool:
         """Record the current weights' validation figures (:meth:`validate`); unless
-        ``train.select: last``, save them to ``<checkpoint_dir>/best`` when they are the best so
-        far (:func:`select_round`; the warm start is round 0). Returns whether they are."""
+        ``train.select: last``, save them to ``<checkpoint_dir>/best-<round>`` when they are the best
+        so far (:func:`select_round`; the warm start is round 0). Returns whether they are. The
+        previous best's folder goes only once ``round.json`` names the new one
+        (:meth:`save_checkpoint`): a run killed in between still finds the best it has on record."""
         entry = {"round": self.round, **figures}
         self.validation.append(entry)
         better = self.best is entry
         if better and self.cfg.select != "last":
-            self.save_policy(self.ckpt / "best", val_accuracy=entry["val_accuracy"], val_cost=entry["val_cost"])
+            self.save_policy(self.best_dir(self.round), val_accuracy=entry["val_accuracy"], val_cost=entry["val_cost"])
         return better
+
+    def best_dir(self, round_id: int) -> Path:
+        return self.ckpt / f"best-{round_id}"
 
     @property
     def best(self) -> dict[str, Any] | None:
@@ -625,10 +635,12 @@ def train_rl(
     out = Path(out_dir or cfg.out_dir)
     if cfg.select != "last" and trainer.best is not None and trainer.best["round"] != trainer.round:
         if trainer.acc.is_main_process:
-            import shutil
-
+            best = trainer.best_dir(trainer.best["round"])
+            if not best.is_dir():
+                raise FileNotFoundError(f"{best}: the best round's weights are missing (train.checkpoint_dir was "
+                                        "changed by hand?); rerun with --no-resume")
             shutil.rmtree(out, ignore_errors=True)
-            shutil.copytree(trainer.ckpt / "best", out)
+            shutil.copytree(best, out)
         trainer.acc.wait_for_everyone()
     else:
         kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy)

@@ -123,6 +123,8 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
         if v["val_accuracy"] > best["val_accuracy"] or (v["val_accuracy"] == best["val_accuracy"] and v["val_cost"] < best["val_cost"]):
             best = v
     assert info["best"] == best
+    # one best folder, the one round.json names
+    assert sorted(d.name for d in (root / "ckpt").glob("best-*")) == [f"best-{best['round']}"]
     meta = json.loads((root / "policy/e3orch_policy.json").read_text())
     assert (meta["rounds"], meta["val_accuracy"], meta["val_cost"]) == (best["round"], best["val_accuracy"], best["val_cost"])
     if best["round"] == 0:  # the warm start's own weights

@@ -78,3 +78,23 @@ def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(tiny_init_
     trainer.update(examples)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_new_best_replaces_the_old_one_only_once_round_json_names_it(tiny_init_root: Path) -> None:
+    """Killed between saving a new best and writing round.json, a run still has the best on record."""
+    import json
+
+    params = load_params(tiny_init_root / "params.yaml")
+    params = params.model_copy(update={"train": params.train.model_copy(update={
+        "select": "best", "checkpoint_dir": str(tiny_init_root / "ckpt-best")})})
+    trainer = RLTrainer(params, tiny_init_root / "models/init")
+    trainer.ckpt.mkdir(parents=True, exist_ok=True)
+    assert trainer.consider({"val_accuracy": 0.5, "val_cost": 2.0})  # round 0
+    trainer.save_checkpoint()
+    trainer.round = 1
+    assert trainer.consider({"val_accuracy": 0.6, "val_cost": 2.0})  # better: saved, round.json not yet written
+    assert json.loads((trainer.ckpt / "round.json").read_text())["best"]["round"] == 0
+    assert sorted(d.name for d in trainer.ckpt.glob("best-*")) == ["best-0", "best-1"]  # a kill here loses nothing
+    trainer.save_checkpoint()
+    assert sorted(d.name for d in trainer.ckpt.glob("best-*")) == ["best-1"]
+    assert json.loads((trainer.ckpt / "best-1/e3orch_policy.json").read_text())["val_accuracy"] == 0.6
