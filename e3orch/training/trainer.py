@@ -414,10 +414,15 @@ class RLTrainer:
             for mb in _split(examples, cfg.minibatches, rng):
                 if not mb:  # keep collective calls aligned across processes: a zero-weight dummy step
                     mb = [Example([pad], [pad], 0.0, [0.0], 0.0)]
-                total_w = sum(e.weight for e in mb) or 1.0
-                # weights of one optimizer step sum to 1; copies, so that the next epoch's steps start
-                # from the decisions' own weights again
-                mb = [replace(e, weight=e.weight / total_w) for e in mb]
+                # weights of one optimizer step sum to 1 over every process (DDP averages the gradients,
+                # so each process scales by num_processes / the total of all): a tree weighs the same
+                # whichever process holds it. Copies, so that the next epoch's steps start from the
+                # decisions' own weights again.
+                total_w = sum(e.weight for e in mb)
+                if self.acc.num_processes > 1:
+                    total_w = float(self.acc.reduce(torch.tensor([total_w], device=self.acc.device), reduction="sum")[0])
+                    total_w /= self.acc.num_processes
+                mb = [replace(e, weight=e.weight / (total_w or 1.0)) for e in mb]
                 micro = make_batches(mb, cfg.tokens_per_microbatch, rng)
                 for i, chunk in enumerate(micro):
                     batch = {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()}
