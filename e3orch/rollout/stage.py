@@ -46,7 +46,9 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} out of range for {count} shards")
     tasks = tasks[index::count]
-    res = TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=rc.seed)
+    # each shard its own sampling streams (rows of different shards would share them); one shard: rc.seed
+    seed = rc.seed if count == 1 else stable_seed(rc.seed, "shard", index) % 2**31
+    res = TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=seed)
     out = Path(out_dir)
     write_validated(nodes_frame(res.nodes), NODE_SCHEMA, out / "nodes.parquet")
     write_validated(leaves_frame(res.leaves), LEAF_SCHEMA, out / "leaves.parquet")

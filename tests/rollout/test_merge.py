@@ -14,6 +14,7 @@ from e3orch.rollout.records import (
     Leaf,
     leaves_frame,
     nodes_frame,
+    read_validated,
     write_validated,
 )
 from e3orch.rollout.stage import merge_rollouts
@@ -56,3 +57,28 @@ def test_merged_summary_is_recomputed_from_both_shards(tmp_path: Path) -> None:
     assert set(json.loads((tmp_path / "merged/trees.json").read_text())) == {"a", "b"}
     with pytest.raises(Exception, match="node_id"):  # the same shard twice: node ids must stay unique
         merge_rollouts([s0, s0], tmp_path / "twice")
+
+
+
+def test_shards_sample_from_their_own_streams(tiny_init_root: Path, tmp_path: Path) -> None:
+    """Two shards, each with one copy of the same task (only its id differs): with one stream per
+    shard they sample differently; they used to share the streams and draw the same plans."""
+    from dataclasses import replace
+
+    from e3orch.config import load_params
+    from e3orch.data.sim import generate_split
+    from e3orch.executors.base import load_pool_specs
+    from e3orch.rollout.stage import rollout_stage
+
+    params = load_params(tiny_init_root / "params.yaml")
+    params = params.model_copy(update={"rollout": params.rollout.model_copy(update={
+        "tasks_per_round": 2, "leaf_budget": 2, "randomize_pool": False})})
+    task = generate_split(0, "train", 1, ("math",))[0]
+    tasks = [task, replace(task, task_id=task.task_id + "-copy")]
+    specs = load_pool_specs(params.evaluate.executors)
+    drawn = []
+    for i in (0, 1):
+        rollout_stage(params, str(tiny_init_root / "models/init"), tasks, specs, tmp_path / f"s{i}", shard=(i, 2))
+        nodes = read_validated(tmp_path / f"s{i}/nodes.parquet", NODE_SCHEMA).sort("depth", "sibling_index")
+        drawn.append(nodes["completion"].to_list())
+    assert drawn[0] != drawn[1]
