@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from e3orch.policy.backends.base import prompt_ids
+
 
 @dataclass
 class Example:
@@ -25,8 +27,7 @@ class Example:
 
 
 def encode_pair(tokenizer: Any, prompt: str, completion: str, max_len: int) -> Example | None:
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    p = prompt_ids(tokenizer, prompt)
     c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     if len(c) >= max_len:
         return None

@@ -32,6 +32,8 @@ import torch
 from e3orch.config import Params
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
+from e3orch.files import write_text_atomic
+from e3orch.policy.backends.base import prompt_ids
 from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame
 from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
@@ -145,7 +147,6 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
     merged: dict[tuple[str, tuple[int, ...], tuple[int, ...]], Example] = {}
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     for row in scored.iter_rows(named=True):
         if not row["token_ids"]:
             continue
@@ -158,7 +159,7 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
             start += n
             if not c or len(c) >= max_len:
                 continue
-            p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            p = prompt_ids(tokenizer, prompt)
             p = p[max(0, len(p) + len(c) - max_len):]
             key = (row["tree_id"], tuple(p), tuple(c))
             if key in merged:  # weight: the copies so far; advantage: their sum until the end
@@ -285,11 +286,10 @@ class RLTrainer:
                 "param_checksums": [float(x) for x in sums.cpu().tolist()],
             }, indent=2) + "\n")
         if self.acc.is_main_process:
-            tmp = self.ckpt / "round.json.tmp"
-            tmp.write_text(json.dumps({"next_round": self.round, "init_dir": str(self.init_dir),
-                                       "fingerprint": self.fingerprint(), "best": self.best,
-                                       "validation": self.validation, "w_cost": self.w_cost}))
-            tmp.replace(self.ckpt / "round.json")  # atomic: never a half-written round marker
+            # atomic: never a half-written round marker
+            write_text_atomic(self.ckpt / "round.json", json.dumps({
+                "next_round": self.round, "init_dir": str(self.init_dir), "fingerprint": self.fingerprint(),
+                "best": self.best, "validation": self.validation, "w_cost": self.w_cost}))
             keep = self.best_dir(self.best["round"]).name if self.best else None
             for d in self.ckpt.glob("best-*"):  # best folders round.json no longer names
                 if d.name != keep:

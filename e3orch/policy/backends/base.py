@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def prompt_ids(tokenizer: Any, text: str, *, bos: bool = True) -> list[int]:
+    """A prompt's token ids as the policy was trained on them: BOS first (when the tokenizer has
+    one and ``bos``), then the text without special tokens. Warm start, RL update and every
+    backend encode prompts with this one function, so rollout and update log-probs agree."""
+    head = [tokenizer.bos_token_id] if bos and tokenizer.bos_token_id is not None else []
+    return head + list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
 @dataclass
 class Generation:
     text: str

@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.utils import logging as hf_logging
 
-from e3orch.policy.backends.base import Generation, PolicyBackend
+from e3orch.policy.backends.base import Generation, PolicyBackend, prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,7 @@ class TransformersBackend(PolicyBackend):
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
-        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None and not self.chat else []
-        return [bos + self.tokenizer(self.format(p), add_special_tokens=False)["input_ids"] for p in prompts]
+        return [prompt_ids(self.tokenizer, self.format(p), bos=not self.chat) for p in prompts]
 
     # -- generation --------------------------------------------------------------------------
     @torch.no_grad()

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from e3orch.policy.backends.base import Generation, PolicyBackend
+from e3orch.policy.backends.base import Generation, PolicyBackend, prompt_ids
 
 
 class VLLMBackend(PolicyBackend):
@@ -64,8 +64,7 @@ class VLLMBackend(PolicyBackend):
 
     def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
         """Prompt token ids as the trainer builds them: BOS (when the tokenizer has one), then the text."""
-        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
-        return [bos + list(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+        return [prompt_ids(self.tokenizer, p) for p in prompts]
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 64, seed: int | None = None, min_new_tokens: int = 0,
