@@ -406,6 +406,16 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
         raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")
+    pc = params.policy
+    longest = pc.max_prompt_tokens + max(pc.max_new_tokens_milestone, pc.max_new_tokens_plan)
+    for section in ("warmstart", "train"):
+        if getattr(params, section).max_seq_len < longest:
+            raise ConfigError(f"{source}: {section}.max_seq_len: {getattr(params, section).max_seq_len} is shorter than "
+                              f"policy.max_prompt_tokens + the longest new-token budget ({longest}); "
+                              "the update would cut the prompts it trains on")
+        if not pc.base_model and pc.model.max_positions < getattr(params, section).max_seq_len:
+            raise ConfigError(f"{source}: {section}.max_seq_len: {getattr(params, section).max_seq_len} is longer than "
+                              f"policy.model.max_positions ({pc.model.max_positions}), the small policy's position table")
     return params
 
 

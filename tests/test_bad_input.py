@@ -77,6 +77,20 @@ def test_live_sources_name_known_benchmarks(tmp_path: Path) -> None:
         load_params_file(p)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("train:\n  max_seq_len: 600\n", r"p.yaml: train.max_seq_len: 600 is shorter than policy.max_prompt_tokens "
+                                       r"\+ the longest new-token budget \(672\); the update would cut"),
+    ("policy:\n  max_new_tokens_plan: 600\n", r"p.yaml: warmstart.max_seq_len: 1024 is shorter .* \(1112\)"),
+    ("warmstart:\n  max_seq_len: 2048\n", r"p.yaml: warmstart.max_seq_len: 2048 is longer than "
+                                           r"policy.model.max_positions \(1536\), the small policy's position table$"),
+])
+def test_sequence_lengths_must_hold_a_prompt_and_its_answer(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_params_file(p)
+
+
 def test_pool_files_name_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
     twice = tmp_path / "twice.yaml"
     twice.write_text("executors:\n  - name: a\n    kind: simulated\n    name: b\n")

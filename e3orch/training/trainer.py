@@ -266,7 +266,7 @@ class RLTrainer:
         if meta.exists():
             info = json.loads(meta.read_text())
             if info.get("fingerprint") == self.fingerprint():
-                self.acc.load_state(str(self.ckpt / "state"))
+                self.acc.load_state(str(self.ckpt / info.get("state", "state")))
                 self.round = int(info["next_round"])
                 self.validation = info.get("validation", [])
                 self.w_cost = float(info.get("w_cost", self.w_cost))
@@ -276,8 +276,13 @@ class RLTrainer:
         return self.round
 
     def save_checkpoint(self) -> None:
+        """Save model, optimizer, scheduler and RNG state for the next round to a folder of its own
+        (``state-<next round>``), then name it in ``round.json`` (written atomically), then remove
+        the folders ``round.json`` no longer names. A run killed at any point resumes from a
+        complete state: the new one once ``round.json`` names it, the previous one before."""
         self.acc.wait_for_everyone()
-        self.acc.save_state(str(self.ckpt / "state"))
+        state = f"state-{self.round}"
+        self.acc.save_state(str(self.ckpt / state))
         # Every process's parameter checksum: DDP replicas must stay identical.
         sums = self.acc.gather(torch.tensor([self.param_checksum()], dtype=torch.float64, device=self.acc.device))
         if self.acc.is_main_process:
@@ -289,11 +294,12 @@ class RLTrainer:
             # atomic: never a half-written round marker
             write_text_atomic(self.ckpt / "round.json", json.dumps({
                 "next_round": self.round, "init_dir": str(self.init_dir), "fingerprint": self.fingerprint(),
-                "best": self.best, "validation": self.validation, "w_cost": self.w_cost}))
-            keep = self.best_dir(self.best["round"]).name if self.best else None
-            for d in self.ckpt.glob("best-*"):  # best folders round.json no longer names
-                if d.name != keep:
+                "best": self.best, "validation": self.validation, "w_cost": self.w_cost, "state": state}))
+            keep = {state, self.best_dir(self.best["round"]).name if self.best else ""}
+            for d in [*self.ckpt.glob("best-*"), *self.ckpt.glob("state-*"), self.ckpt / "state"]:
+                if d.is_dir() and d.name not in keep:  # folders round.json no longer names
                     shutil.rmtree(d, ignore_errors=True)
+        self.acc.wait_for_everyone()  # no process starts the next round while the old state is removed
 
     # -- validation and round selection -------------------------------------------------------
     def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:

@@ -98,3 +98,42 @@ def test_a_new_best_replaces_the_old_one_only_once_round_json_names_it(tiny_init
     trainer.save_checkpoint()
     assert sorted(d.name for d in trainer.ckpt.glob("best-*")) == ["best-1"]
     assert json.loads((trainer.ckpt / "best-1/e3orch_policy.json").read_text())["val_accuracy"] == 0.6
+
+
+def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(tiny_init_root: Path) -> None:
+    """Each round's state goes to a folder of its own, named in round.json only once complete: a kill in
+    the middle of writing the next one (here: weights cut short, then the save fails) loses that round only."""
+    import json
+
+    params = load_params(tiny_init_root / "params.yaml", {"train.validate_rounds": False,
+                                                           "train.checkpoint_dir": str(tiny_init_root / "ckpt-kill")})
+    trainer = RLTrainer(params, tiny_init_root / "models/init")
+    trainer.ckpt.mkdir(parents=True, exist_ok=True)
+    trainer.round = 1
+    trainer.save_checkpoint()
+    saved = {k: v.detach().clone() for k, v in trainer.acc.unwrap_model(trainer.model).state_dict().items()}
+    assert json.loads((trainer.ckpt / "round.json").read_text())["state"] == "state-1"
+
+    with torch.no_grad():  # round 2 changes the weights...
+        for p in trainer.model.parameters():
+            p.add_(1.0)
+    real = trainer.acc.save_state
+
+    def killed(path: str) -> None:  # ...and the process dies while writing them
+        real(path)
+        weights = Path(path) / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+        raise KeyboardInterrupt
+
+    trainer.acc.save_state = killed  # type: ignore[method-assign]
+    trainer.round = 2
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save_checkpoint()
+
+    again = RLTrainer(params, tiny_init_root / "models/init")
+    assert again.resume() == 1
+    now = again.acc.unwrap_model(again.model).state_dict()
+    assert all(torch.equal(now[k], saved[k]) for k in saved)
+    again.round = 2
+    again.save_checkpoint()  # the next complete save removes both older folders
+    assert sorted(d.name for d in again.ckpt.iterdir() if d.is_dir()) == ["state-2"]
