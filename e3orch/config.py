@@ -292,6 +292,11 @@ class TrainConfig(_Section):
     skip_zero_advantage: bool = Field(
         False, description="leave decisions whose advantage is exactly 0 out of the update (their policy-gradient term "
                             "is 0; only their KL term goes); each tree's kept decisions share its weight")
+    old_logprobs: Literal["auto", "rollout", "recompute"] = Field(
+        "auto", description="the log-probs the clip ratio starts from: those the rollout recorded, or the trainer's own "
+                            "(one forward pass before the update; vLLM omits the stop token's and computes in its own "
+                            "kernels and precision); auto: recompute with policy.backend vllm, keep the in-process "
+                            "transformers backend's (the trainer's own module: the same numbers)")
     validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
     validate_pools: list[Literal["training", "randomized"]] = Field(
         ["training", "randomized"], min_length=1,

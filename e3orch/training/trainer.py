@@ -405,6 +405,29 @@ class RLTrainer:
         engine = TreeRollout.from_params(self.backend, self.params)
         return engine.run(tasks, specs, round_id=self.round, seed=self.params.rollout.seed + self.acc.process_index)
 
+    @property
+    def recomputes_old_logprobs(self) -> bool:
+        """``train.old_logprobs``: whether the update starts its ratios from the trainer's own log-probs."""
+        mode = self.cfg.old_logprobs
+        return mode == "recompute" or (mode == "auto" and self.params.policy.backend == "vllm")
+
+    def recompute_old_logprobs(self, examples: list[Example]) -> None:
+        """Replace each example's recorded log-probs by the current weights' (no gradient), so
+        every ratio starts at exactly 1 whatever engine generated the completions. Every process
+        runs as many forward passes (FSDP gathers its shards in each)."""
+        pad = self.tokenizer.pad_token_id
+        chunks = make_batches(examples, self.cfg.tokens_per_microbatch, random.Random(0))
+        n = len(chunks)
+        if self.acc.num_processes > 1:
+            n = int(self.acc.reduce(torch.tensor([n], device=self.acc.device), reduction="max")[0])
+        chunks += [[Example([pad], [pad], 0.0, [0.0], 0.0)] for _ in range(n - len(chunks))]
+        self.model.eval()
+        with torch.no_grad():
+            for chunk in chunks:
+                lp = completion_logprobs(self.model, {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()})
+                for row, e in zip(lp.float().cpu(), chunk):
+                    e.old_logprobs = row[row.shape[0] - len(e.completion_ids):].tolist()
+
     def update(self, examples: list[Example]) -> dict[str, float]:
         """``ppo_epochs`` passes; each pass = ``minibatches`` optimizer steps (same count on every
         process). A step's examples are cut into micro-batches of at most
@@ -495,8 +518,11 @@ class RLTrainer:
                       rollout: RolloutResult | None = None, t_score: float = 0.0) -> RoundMetrics:
         """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
-        up = self.update(examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len,
-                                              skip_zero_advantage=self.cfg.skip_zero_advantage))
+        examples = examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len,
+                                        skip_zero_advantage=self.cfg.skip_zero_advantage)
+        if self.recomputes_old_logprobs:
+            self.recompute_old_logprobs(examples)
+        up = self.update(examples)
         t_update = time.perf_counter() - t
         t_sync = self.sync_weights()
         self.round += 1

@@ -30,7 +30,8 @@ def two_processes(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_two_processes_really_run_and_stay_in_sync(tmp_path: Path) -> None:
-    params = write_tiny_params(tmp_path, train={"rounds": 1}, warmstart={"dagger_tasks": 4})
+    # old log-probs recomputed (as with vLLM rollouts): each process runs as many forward passes as the busiest
+    params = write_tiny_params(tmp_path, train={"rounds": 1, "old_logprobs": "recompute"}, warmstart={"dagger_tasks": 4})
     assert main(["prepare", "--params", str(params)]) == 0
     # warm start with a correction round: each process runs 2 of the 4 tasks, both train on all labels
     two_processes("-m", "e3orch.cli", "warmstart", "--params", str(params), "--metrics", str(tmp_path / "ws.json"))

@@ -137,3 +137,24 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
     again.round = 2
     again.save_checkpoint()  # the next complete save removes both older folders
     assert sorted(d.name for d in again.ckpt.iterdir() if d.is_dir()) == ["state-2"]
+
+
+def test_recomputed_old_logprobs_are_the_trainers_own(tiny_init_root: Path) -> None:
+    """vLLM leaves the stop token's log-prob out (recorded as 0.0) and computes the others in its own
+    kernels: with train.old_logprobs recompute (auto with the vllm backend) the update's ratios start
+    from the trainer's log-probs, so every ratio starts at 1."""
+    trainer = _trainer(tiny_init_root)
+    examples = _examples(trainer)
+    own = [list(e.old_logprobs) for e in examples]
+    for e in examples:
+        e.old_logprobs = [x + 0.3 for x in e.old_logprobs[:-1]] + [0.0]
+    assert not trainer.recomputes_old_logprobs  # auto with the in-process transformers backend
+    trainer.recompute_old_logprobs(examples)
+    for e, lp in zip(examples, own):
+        assert e.old_logprobs == pytest.approx(lp, abs=1e-6)  # batched with padding here, one by one there
+    for mode, backend, expect in [("auto", "vllm", True), ("recompute", "transformers", True), ("rollout", "vllm", False)]:
+        trainer.params = trainer.params.model_copy(update={
+            "policy": trainer.params.policy.model_copy(update={"backend": backend}),
+            "train": trainer.params.train.model_copy(update={"old_logprobs": mode})})
+        trainer.cfg = trainer.params.train
+        assert trainer.recomputes_old_logprobs is expect
