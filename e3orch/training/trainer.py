@@ -286,11 +286,10 @@ class RLTrainer:
         # Every process's parameter checksum: DDP replicas must stay identical.
         sums = self.acc.gather(torch.tensor([self.param_checksum()], dtype=torch.float64, device=self.acc.device))
         if self.acc.is_main_process:
-            (self.ckpt / "sync.json").write_text(json.dumps({
+            write_text_atomic(self.ckpt / "sync.json", json.dumps({
                 "round": self.round, "num_processes": self.acc.num_processes,
                 "param_checksums": [float(x) for x in sums.cpu().tolist()],
             }, indent=2) + "\n")
-        if self.acc.is_main_process:
             # atomic: never a half-written round marker
             write_text_atomic(self.ckpt / "round.json", json.dumps({
                 "next_round": self.round, "init_dir": str(self.init_dir), "fingerprint": self.fingerprint(),
