@@ -44,6 +44,16 @@ from e3orch.training.rl import clipped_pg_loss
 log = logging.getLogger(__name__)
 
 
+class _TiedHeadNotice(logging.Filter):
+    """Accelerate's ``save_state`` warns every round that it left the LM head out of the
+    safetensors file because it shares its storage with the embeddings. With tied embeddings
+    (the small policy, many chat models) that is the intended layout: loading ties them again
+    (tests/training/test_update.py checks every weight after a resume), so the notice is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not ("Removed shared tensor" in record.getMessage() and "lm_head.weight" in record.getMessage())
+
+
 @dataclass
 class RoundMetrics:
     round: int
@@ -282,7 +292,14 @@ class RLTrainer:
         complete state: the new one once ``round.json`` names it, the previous one before."""
         self.acc.wait_for_everyone()
         state = f"state-{self.round}"
-        self.acc.save_state(str(self.ckpt / state))
+        notices = logging.getLogger("accelerate.utils.other")
+        quiet = _TiedHeadNotice()
+        if getattr(self.acc.unwrap_model(self.model).config, "tie_word_embeddings", False):
+            notices.addFilter(quiet)
+        try:
+            self.acc.save_state(str(self.ckpt / state))
+        finally:
+            notices.removeFilter(quiet)
         # Every process's parameter checksum: DDP replicas must stay identical.
         sums = self.acc.gather(torch.tensor([self.param_checksum()], dtype=torch.float64, device=self.acc.device))
         if self.acc.is_main_process:

@@ -4,6 +4,7 @@ advantage points."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,31 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
     again.round = 2
     again.save_checkpoint()  # the next complete save removes both older folders
     assert sorted(d.name for d in again.ckpt.iterdir() if d.is_dir()) == ["state-2"]
+
+
+def test_saving_a_tied_head_logs_no_warning_and_the_tie_survives_a_resume(tiny_init_root: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Accelerate leaves a tied LM head out of the safetensors file and warns about it every round;
+    the trainer drops that notice because loading ties the head again."""
+    params = load_params(tiny_init_root / "params.yaml", {"train.validate_rounds": False,
+                                                           "train.checkpoint_dir": str(tiny_init_root / "ckpt-tied")})
+    trainer = RLTrainer(params, tiny_init_root / "models/init")
+    model = trainer.acc.unwrap_model(trainer.model)
+    assert model.config.tie_word_embeddings
+    with torch.no_grad():
+        model.get_input_embeddings().weight.add_(0.5)  # differs from the initial weights on disk
+    trainer.ckpt.mkdir(parents=True, exist_ok=True)
+    trainer.round = 1
+    with caplog.at_level(logging.WARNING):
+        trainer.save_checkpoint()
+    assert not [r for r in caplog.records if "shared tensor" in r.getMessage()]
+    assert not logging.getLogger("accelerate.utils.other").filters  # the filter lives only while saving
+
+    again = RLTrainer(params, tiny_init_root / "models/init")
+    assert again.resume() == 1
+    head = again.acc.unwrap_model(again.model)
+    assert torch.equal(head.get_output_embeddings().weight, model.get_input_embeddings().weight)
+    assert head.get_output_embeddings().weight.data_ptr() == head.get_input_embeddings().weight.data_ptr()
 
 
 def test_recomputed_old_logprobs_are_the_trainers_own(tiny_init_root: Path) -> None:
