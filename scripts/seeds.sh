@@ -7,6 +7,8 @@
 #   BASE=other.yaml bash scripts/seeds.sh     # start from another params file than params.yaml, e.g.
 #                                             # configs/params-spine.yaml (README, "The learned policy today")
 #   OUT=runs/spine bash scripts/seeds.sh      # write into OUT/seed-N and OUT/seeds.md instead of runs/
+#   SUMMARY_ONLY=1 bash scripts/seeds.sh 0 1 2   # only the summary of seeds already run (e.g. side by side,
+#                                                # one `seeds.sh N` each, which each write a one-seed summary)
 # Per seed N: params.yaml (or $BASE) with warmstart.seed, rollout.seed and train.seed set to N (the task
 # split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
 # RL → evaluate-all into $OUT/seed-N/ (OUT=runs unless set; its own models, checkpoints and reports).
@@ -18,8 +20,16 @@ PY=${PY:-.venv/bin/python}
 SEEDS=("$@"); [ ${#SEEDS[@]} -gt 0 ] || SEEDS=(0 1 2)
 OUT=${OUT:-runs}
 export E3ORCH_TRACKING=${E3ORCH_TRACKING:-0}
-[ -f data/tasks/sim_train.parquet ] || "$E3" prepare
-for s in "${SEEDS[@]}"; do
+if [ "${SUMMARY_ONLY:-0}" = 1 ]; then
+  for s in "${SEEDS[@]}"; do
+    [ -f "$OUT/seed-$s/reports/metrics.json" ] || { echo "seeds.sh: no $OUT/seed-$s/reports/metrics.json: run seed $s first" >&2; exit 2; }
+  done
+  SEEDS_TO_RUN=()
+else
+  SEEDS_TO_RUN=("${SEEDS[@]}")
+  [ -f data/tasks/sim_train.parquet ] || "$E3" prepare
+fi
+for s in "${SEEDS_TO_RUN[@]}"; do
   d=$OUT/seed-$s; mkdir -p "$d"
   "$PY" - "$d" "$s" "${BASE:-params.yaml}" <<'PY'
 import sys
