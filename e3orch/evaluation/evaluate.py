@@ -63,7 +63,7 @@ async def run_system(
     cfg: EngineConfig,
     *,
     seed: int = 0,
-    max_concurrent_episodes: int = 64,
+    max_concurrent_episodes: int = 256,
     on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
     """All tasks with one orchestrator, many episodes in flight (policies batch across them)."""

@@ -93,6 +93,7 @@ class MicroBatcher:
         self.calls = 0
         self._queues: dict[tuple[str, float], list[tuple[str, int, asyncio.Future[Generation]]]] = {}
         self._scheduled: set[tuple[str, float]] = set()
+        self._busy: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # one backend call at a time, per loop
 
     async def generate(self, prompt: str, kind: str, temperature: float | None = None, row_seed: int = 0) -> Generation:
         """One completion of ``prompt``, batched with the other requests of the same kind and
@@ -110,23 +111,30 @@ class MicroBatcher:
         # Let every episode that is ready reach its decide() before generating.
         for _ in range(3):
             await asyncio.sleep(0)
-        batch, self._queues[key] = self._queues.get(key, []), []
-        self._scheduled.discard(key)
-        if not batch:
-            return
-        self.calls += 1
-        s = self.settings
-        kind, temperature = key
-        try:
-            out = await asyncio.to_thread(
-                self.backend.generate, [p for p, _, _ in batch], n=1, temperature=temperature, top_p=s.top_p,
-                max_new_tokens=s.max_new_tokens[kind], seed=self.seed + self.calls,
-                row_seeds=[r for _, r, _ in batch],
-            )
-        except Exception as exc:  # surface the failure to every waiting episode
-            for _, _, f in batch:
-                f.set_exception(exc)
-            return
+        loop = asyncio.get_running_loop()
+        if self._busy is None or self._busy[0] is not loop:  # a batcher may outlive an asyncio.run
+            self._busy = (loop, asyncio.Lock())
+        # While the backend generates, the other episodes keep running and queue their next
+        # requests; taking the queue only once the backend is free batches all of them in one
+        # call (taken earlier, each would wait on the backend with a batch of a few prompts).
+        async with self._busy[1]:
+            batch, self._queues[key] = self._queues.get(key, []), []
+            self._scheduled.discard(key)
+            if not batch:
+                return
+            self.calls += 1
+            s = self.settings
+            kind, temperature = key
+            try:
+                out = await asyncio.to_thread(
+                    self.backend.generate, [p for p, _, _ in batch], n=1, temperature=temperature, top_p=s.top_p,
+                    max_new_tokens=s.max_new_tokens[kind], seed=self.seed + self.calls,
+                    row_seeds=[r for _, r, _ in batch],
+                )
+            except Exception as exc:  # surface the failure to every waiting episode
+                for _, _, f in batch:
+                    f.set_exception(exc)
+                return
         for (_, _, f), gens in zip(batch, out):
             f.set_result(gens[0])
 
