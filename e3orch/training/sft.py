@@ -47,7 +47,8 @@ def sft_train(
     pad_id: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> SFTStats:
-    """Train ``model`` in place; token-mean cross-entropy over completion tokens."""
+    """Train ``model`` in place; token-mean cross-entropy over completion tokens, each example's
+    tokens counted ``Example.weight`` times (``merge_copies``: k copies of one pair weigh as k)."""
     rng = random.Random(seed)
     batches = make_batches(examples, tokens_per_batch, rng)
     # every process takes its share of batches (same count: drop the remainder)
@@ -77,7 +78,8 @@ def sft_train(
             with accelerator.accumulate(model):
                 lp = completion_logprobs(model, batch)
                 mask = batch["completion_mask"]
-                loss = -(lp * mask).sum() / mask.sum().clamp(min=1)
+                w = batch["weight"].unsqueeze(-1) * mask  # an example's copies weigh as many (merge_copies)
+                loss = -(lp * w).sum() / w.sum().clamp(min=1e-8)
                 accelerator.backward(loss)
                 if not finite_step(accelerator, model, opt, sched, 1.0):
                     skipped += 1

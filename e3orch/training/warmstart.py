@@ -19,7 +19,7 @@ from e3orch.config import Params, WarmstartConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
-from e3orch.training.data import Example, encode_pair
+from e3orch.training.data import Example, encode_pair, merge_copies
 from e3orch.training.demos import Demo, collect_corrections, collect_demonstrations
 from e3orch.training.sft import SFTStats, sft_train
 
@@ -85,7 +85,7 @@ def warmstart(
             out.extend([e] * demo_copies(d, cfg))
         return out
 
-    examples = encode(demos)
+    examples = merge_copies(encode(demos))
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(str(init))
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
@@ -171,7 +171,7 @@ def correct(
         if phase:
             phase(f"correction round {r + 1}/{cfg.dagger_rounds}: training")
         replay = rng.sample(list(demo_examples), min(len(fixes), len(demo_examples)))
-        stats = sft_train(model, fixes + replay, accelerator=accelerator, lr=cfg.dagger_lr, epochs=cfg.dagger_epochs,
+        stats = sft_train(model, merge_copies(fixes + replay), accelerator=accelerator, lr=cfg.dagger_lr, epochs=cfg.dagger_epochs,
                           tokens_per_batch=cfg.tokens_per_batch, seed=stable_seed(cfg.seed, r),
                           pad_id=tokenizer.pad_token_id, on_step=on_step)
         n = max(1, len(runs))
