@@ -130,8 +130,10 @@ def correct(
     """``warmstart.dagger_rounds`` correction rounds on ``model`` (trained in place). Each round the
     policy runs ``dagger_tasks`` train tasks (sampling at ``dagger_temperature``, pools randomised),
     the task's teacher labels every state it reached, and the policy trains on all labels so far
-    plus as many demonstrations replayed (so it keeps what it cloned). Returns per-round figures:
-    the policy's own accuracy and cost on its runs, and how often it already agreed.
+    plus as many demonstrations replayed (so it keeps what it cloned): as many distinct
+    demonstrations as there are labels, each weighing its copies (``merge_copies``). Returns
+    per-round figures: the policy's own accuracy and cost on its runs, and how often it already
+    agreed.
 
     With several processes each runs its share of the tasks and all train on everyone's labels.
     Sharded models (FSDP) cannot generate here: the rounds need DDP or one process."""
