@@ -79,7 +79,7 @@ def test_round_metrics_are_logged_with_steps(tracked: dict[str, Any]) -> None:
     client = tracked["client"]
     train = runs(client, "tags.`e3orch.stage` = 'train'")[0]
     for key in ("reward", "accuracy", "cost", "kl", "performance", "completeness", "cost_norm",
-                "update_tokens_per_s", "time_update_s"):
+                "update_tokens_per_s", "time_update_s", "time_checkpoint_s"):
         history = client.get_metric_history(train.info.run_id, key)
         assert sorted(m.step for m in history) == [1, 2], key
     # the values are the rounds' own figures (reports/train_rounds.json), round by round

@@ -77,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  warm start (round 0): {val_text(v)}", soft_wrap=True)
     for m in rounds:
         val = f"  {val_text(m)}" if "val_accuracy" in m else ""
+        if "time_validate_s" in m:
+            val += f"  in {m['time_validate_s']:.1f}s"
         if "kept" in m:  # train.hold_accuracy
             val += f"  w_cost {m['w_cost']:.3g} {'kept' if m['kept'] else 'undone'}"
         console.print(f"  round {m['round']:>2}: leaf acc {m['accuracy']:.3f}  cost {m['cost']:.3f}  reward {m['reward']:.3f}  "
                       f"kl {m['kl']:.4f}  gen {m['time_generate_s']:.1f}s  exec {m['time_execute_s']:.1f}s  "
-                      f"update {m['time_update_s']:.1f}s{val}", soft_wrap=True)
+                      f"update {m['time_update_s']:.1f}s  save {m.get('time_checkpoint_s', 0.0):.1f}s{val}", soft_wrap=True)
     return 0

@@ -85,6 +85,8 @@ class RoundMetrics:
     val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
     val_cost: float | None = None
     val_pools: dict[str, dict[str, float]] | None = None  # per train.validate_pools kind: {"accuracy", "cost"}
+    time_validate_s: float | None = None  # the round's validation (train.validate_rounds)
+    time_checkpoint_s: float | None = None  # saving the round's checkpoint
     w_cost: float | None = None      # the cost weight this round's rewards used (train.hold_accuracy)
     kept: bool | None = None         # train.hold_accuracy: whether the round was kept or undone
     extra: dict[str, Any] = field(default_factory=dict)
@@ -677,11 +679,15 @@ def train_rl(
         else:
             m = trainer.run_round(train_tasks, specs)
         if cfg.validate_rounds:
+            t0 = time.perf_counter()
             figures = validate()
+            m.time_validate_s = time.perf_counter() - t0
             m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
         if cfg.hold_accuracy is not None:
             m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
+        t0 = time.perf_counter()
         trainer.save_checkpoint()
+        m.time_checkpoint_s = time.perf_counter() - t0
         history.append(m)
         if on_round:
             on_round(m)
