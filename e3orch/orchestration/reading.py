@@ -20,6 +20,7 @@ hidden requirement graph or executor profiles. What it deliberately does not do:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -137,6 +138,14 @@ class Part:
 
 def parse_parts(question: str) -> tuple[list[Part], str | None]:
     """The numbered parts of a task text and the part the final answer names."""
+    parts, sink = _parse_parts(question)
+    return list(parts), sink
+
+
+# Every decision of an episode (the engine's, the prompt's, a hand-written rule's) reads the same
+# task text and the same cards again: an evaluation reads them a few hundred thousand times.
+@functools.lru_cache(maxsize=4096)
+def _parse_parts(question: str) -> tuple[tuple[Part, ...], str | None]:
     parts: list[Part] = []
     for line in question.splitlines():
         m = _PART_RE.match(line)
@@ -159,12 +168,17 @@ def parse_parts(question: str) -> tuple[list[Part], str | None]:
         difficulty = 2 if cue in _HARD_WORDS else 0 if cue in _EASY_WORDS else 1
         parts.append(Part(pid, skill, difficulty, deps, body))
     sink = _SINK_RE.search(question)
-    return parts, (sink.group(1) if sink else (parts[-1].id if parts else None))
+    return tuple(parts), (sink.group(1) if sink else (parts[-1].id if parts else None))
 
 
 def card_levels(spec: ExecutorSpec) -> dict[str, int]:
     """Skill → level (0 weak … 3 strong) as the card's description states it."""
-    desc = spec.description.lower()
+    return dict(_description_levels(spec.description))
+
+
+@functools.lru_cache(maxsize=4096)
+def _description_levels(description: str) -> tuple[tuple[str, int], ...]:
+    desc = description.lower()
     general = "general" in desc
     levels = {s: (1 if general else 0) for s in SKILLS}
     stated: set[str] = set()
@@ -180,7 +194,7 @@ def card_levels(spec: ExecutorSpec) -> dict[str, int]:
             if any(w in what for w in words):
                 levels[s] = level
                 stated.add(s)
-    return levels
+    return tuple(levels.items())
 
 
 def price_of(spec: ExecutorSpec) -> float:

@@ -79,3 +79,18 @@ def test_menu_refs_round_trip_on_random_pools(seed: int, domain: str) -> None:
     parsed = parse_plan(taught, names, max_subtasks=len(subtasks), menus=menus)
     assert [s.executor for s in parsed.subtasks] == [s.executor for s in subtasks]
     assert not parsed.defects
+
+
+def test_cached_readings_are_private_copies() -> None:
+    """Task texts and cards are read once and cached; what a caller changes in the answer must
+    not reach the next caller."""
+    from e3orch.orchestration.reading import card_levels
+
+    parts, sink = parse_parts(QUESTION)
+    parts.clear()
+    assert [p.id for p in parse_parts(QUESTION)[0]] == ["P1", "P2", "P3"] and sink == "P3"
+    levels = card_levels(DEFAULT[0])
+    before = dict(levels)
+    for skill in levels:
+        levels[skill] = -1
+    assert card_levels(DEFAULT[0]) == before
