@@ -34,7 +34,7 @@ class PrepareConfig(_Section):
     train_per_domain: int = Field(250, ge=1, description="sim train tasks per domain")
     eval_per_domain: int = Field(40, ge=1, description="sim eval tasks per domain")
     val_per_domain: int = Field(
-        30, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
+        15, ge=0, description="sim validation tasks per domain (disjoint from train and eval; RL's round selection)")
     domains: tuple[str, ...] = Field((), description="sim domains to generate; empty = all seven")
     out_dir: str = "data/tasks"
 
