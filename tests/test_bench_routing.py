@@ -12,9 +12,8 @@ from e3orch.executors.base import load_pool_specs
 from e3orch.orchestration.episode import Observation
 from e3orch.training.demos import Demo
 
-# Three lookups and a decision: on the default pool, four cards are at least fair at lookups
-# (retrieve: web-search, small-llm, mid-llm, frontier-llm) and three at deciding (reason: mid-llm,
-# reasoner, frontier-llm).
+# Three lookups and a decision: on the default pool a lookup's menu names two cards (web-search for
+# #1 and #2, frontier-llm for #3), and so does a decision's (mid-llm for #1 and #2, reasoner for #3).
 QUESTION = """A multi-hop lookup question.
 P1: (obscure) Look up the annual budget of the Helix Society.
 P2: (moderate) Search for the home city of the Nadir Canal, using P1.
@@ -59,10 +58,10 @@ def test_first_part_reads_slot_lines_and_instructions() -> None:
 
 
 @pytest.mark.parametrize(("completion", "milestone", "want"), [
-    ("S1 | #4 | -", "Solve P1", 4),           # a lookup: four capable cards
-    ("S1 | #1 | -", "Solve P4", 3),           # deciding: three
-    ("S2 | #2 | -", "Solve P2 and P4", 3),    # slot 2 is P4
-    ("S1 | #1 | - | Decide P4.", "Solve P1", 3),
+    ("S1 | #3 | -", "Solve P1", 2),           # a lookup: two cards on the menu
+    ("S1 | #1 | -", "Solve P4", 2),           # deciding: two
+    ("S2 | #2 | -", "Solve P2 and P4", 2),    # slot 2 is P4
+    ("S1 | #1 | - | Decide P4.", "Solve P1", 2),
     ("S1 | #1 | - | Summarise.", "Solve P1", 7),  # no part named: every card
 ])
 def test_options_are_the_first_subtasks_menu(completion: str, milestone: str, want: int) -> None:
@@ -71,7 +70,7 @@ def test_options_are_the_first_subtasks_menu(completion: str, milestone: str, wa
 
 
 def test_uniform_chance_is_the_mean_of_one_over_the_options() -> None:
-    plans = [_plan("S1 | #4 | -", "Solve P1"), _plan("S1 | #1 | -", "Solve P4"), _plan("S1 | #2 | -", "Solve P2")]
-    assert uniform_chance(plans) == pytest.approx((1 / 4 + 1 / 3 + 1 / 4) / 3)
+    plans = [_plan("S1 | #3 | -", "Solve P1"), _plan("S1 | #1 | -", "Solve P4"), _plan("S1 | #2 | -", "Solve P2")]
+    assert uniform_chance(plans) == pytest.approx(1 / 2)
     assert uniform_chance([replace(d, style="full") for d in plans]) == pytest.approx(1 / 7)
     assert uniform_chance([]) == 0.0

@@ -54,9 +54,9 @@ def first_part(plan: str, obs: Any) -> str | None:
 
 
 def options(demo: Any) -> int:
-    """How many answers the first executor reference of ``demo``'s plan had to choose among: the
-    cards (``policy.prompt: full``), or the menu of the first subtask's part (compact styles; the
-    cards where that part has no menu)."""
+    """How many executors the first executor reference of ``demo``'s plan had to choose among: the
+    cards (``policy.prompt: full``), or the distinct cards the menu of the first subtask's part names
+    (compact styles; the cards where that part has no menu)."""
     from e3orch.orchestration.reading import part_menus
     from e3orch.policy.prompts import COMPACT_STYLES
 
@@ -65,7 +65,7 @@ def options(demo: Any) -> int:
         return cards
     part = first_part(demo.completion, demo.obs)
     menu = part_menus(demo.obs.question, demo.obs.cards).get(part or "", [])
-    return len(menu) if menu else cards
+    return len(set(menu)) if menu else cards
 
 
 def uniform_chance(plans: list[Any]) -> float:

@@ -34,11 +34,13 @@ from e3orch.executors.base import ExecutorSpec
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.protocol import render_answer, render_milestone, render_plan
 from e3orch.orchestration.reading import (
+    MENU_NEEDS,
     PART_TAG_RE,
     SKILL_WORDS,
     Part,
     PartStatus,
     card_levels,
+    cheapest_at_least,
     parse_parts,
     part_status,
     price_of,
@@ -55,16 +57,15 @@ class Router:
 
     def __post_init__(self) -> None:
         self.levels = {c.name: card_levels(c) for c in self.cards}
+        self._by_index = [self.levels[c.name] for c in self.cards]
 
     def cheapest_good_enough(self, skill: str, difficulty: int) -> str:
         return self.cheapest_at_least(skill, 3 if difficulty >= 2 else 2)
 
     def cheapest_at_least(self, skill: str, level: int) -> str:
-        """The cheapest card whose stated ``skill`` level is at least ``level`` (the strongest if none is)."""
-        ok = [c for c in self.cards if self.levels[c.name][skill] >= level]
-        if ok:
-            return min(ok, key=price_of).name
-        return self.strongest(skill)
+        """The cheapest card whose stated ``skill`` level is at least ``level`` (the strongest if
+        none is): what the menu rank of that need (``#1`` fair … ``#3`` strong) names."""
+        return self.cards[cheapest_at_least(self.cards, self._by_index, skill, level)].name
 
     def strongest(self, skill: str) -> str:
         return min(self.cards, key=lambda c: (-self.levels[c.name][skill], price_of(c))).name
@@ -156,14 +157,15 @@ class RuleOrchestrator(Orchestrator):
 
 
 class ExploreOrchestrator(RuleOrchestrator):
-    """``heuristic``'s structure with executors sampled among those whose card is at least fair
-    for the skill: the diverse-but-sensible teacher that gives a warm-started policy probability
-    mass on alternatives RL can then compare."""
+    """``heuristic``'s structure with each subtask's need drawn at random — the cheapest card at
+    least fair, good or strong at the skill (what menu ranks ``#1`` … ``#3`` name): the
+    diverse-but-sensible teacher that gives a warm-started policy probability mass on
+    alternatives RL can then compare. A dearer card of a level a cheaper one also claims is never
+    drawn: no need picks it."""
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
-        ok = [c.name for c in router.cards if router.levels[c.name][part.skill] >= 1]
         rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
-        return rng.choice(ok) if ok else router.strongest(part.skill)
+        return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
 
 
 class ThriftyOrchestrator(RuleOrchestrator):

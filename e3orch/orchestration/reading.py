@@ -9,10 +9,14 @@ into data, shared by the hand-written orchestrators, the policy's compact prompt
 * :func:`part_status` — each part's attempts and latest reported value and confidence, read off
   an episode's results (:func:`part_attempts` counts attempts as the engine limits them;
   :func:`futile_parts` says when a milestone names none that would still run);
-* :func:`part_menus` — for each part, the executors whose card claims at least a fair level at
-  its skill, cheapest first. A plan may name an executor by its rank in the menu of the part its
-  instruction names (``#2``): a pointer whose meaning (the second-cheapest capable card) is the
-  same in every pool, which a small policy learns far faster than pointing into a card list.
+* :func:`part_menus` — for each part, a *menu* of three needs: ``#1`` the cheapest card that
+  claims at least a fair level at its skill, ``#2`` at least good, ``#3`` at least strong (the
+  strongest card where none claims that much). A plan may name an executor by its rank in the
+  menu of the part its instruction names (``#2``): a pointer whose meaning ("the cheapest card
+  good enough at this skill") is the same in every pool, as the hand-written rules' and the
+  fitted routing tables' are, and which a small policy learns far faster than pointing into a
+  card list. Two needs may name the same card (on the default pool the search tool is the
+  cheapest card at least fair and at least good at lookups).
 
 Everything here reads only what an orchestrator is shown (task text and cards), never the sim's
 hidden requirement graph or executor profiles. What it deliberately does not do: decide anything.
@@ -220,8 +224,21 @@ def slot_instruction(part: str) -> str:
 
 
 def part_menus(question: str, cards: Sequence[ExecutorSpec]) -> dict[str, list[int]]:
-    """Part id → indices into ``cards`` of the executors at least fair at the part's skill, cheapest first."""
+    """Part id → the menu of the part: indices into ``cards`` of the cheapest card at least fair,
+    good and strong at the part's skill (``#1``, ``#2``, ``#3``); empty when no card is capable."""
     return menus_for(parse_parts(question)[0], cards)
+
+
+MENU_NEEDS = (1, 2, 3)  # the level each menu rank asks for: fair, good, strong
+
+
+def cheapest_at_least(cards: Sequence[ExecutorSpec], levels: Sequence[dict[str, int]], skill: str, need: int) -> int:
+    """Index of the cheapest card whose stated ``skill`` level is at least ``need``; when none is,
+    the strongest card at the skill (cheapest among equals)."""
+    ok = [i for i in range(len(cards)) if levels[i][skill] >= need]
+    if ok:
+        return min(ok, key=lambda i: (price_of(cards[i]), i))
+    return min(range(len(cards)), key=lambda i: (-levels[i][skill], price_of(cards[i]), i))
 
 
 def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec],
@@ -230,8 +247,11 @@ def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec],
     if not parts:
         return {}
     levels = levels if levels is not None else [card_levels(c) for c in cards]
-    by_price = sorted(range(len(cards)), key=lambda i: (price_of(cards[i]), i))
-    return {p.id: [i for i in by_price if levels[i][p.skill] >= 1] for p in parts}
+    out: dict[str, list[int]] = {}
+    for p in parts:
+        capable = any(lv[p.skill] >= 1 for lv in levels)
+        out[p.id] = [cheapest_at_least(cards, levels, p.skill, n) for n in MENU_NEEDS] if capable else []
+    return out
 
 
 def _menu_of(instruction: str, menus: dict[str, list[int]]) -> list[int] | None:
@@ -251,9 +271,13 @@ def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]
 
 
 def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> int | None:
-    """The inverse of :func:`resolve_menu_ref`: ``name``'s 1-based rank in the instruction's part menu."""
+    """The inverse of :func:`resolve_menu_ref`: the highest 1-based rank of the instruction's part
+    menu that names ``name`` — the most a need may ask and still pick that card, which is the
+    level its card states (``None`` for a card no need picks: a dearer card of a level a cheaper
+    one also claims, or one not capable at the skill)."""
     menu = _menu_of(instruction, menus)
     if menu is None or name not in names:
         return None
     i = list(names).index(name)
-    return menu.index(i) + 1 if i in menu else None
+    ranks = [k + 1 for k, j in enumerate(menu) if j == i]
+    return ranks[-1] if ranks else None

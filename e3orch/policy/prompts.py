@@ -356,7 +356,7 @@ def split_decision(obs: Observation, taught: str, kind: DecisionType = "plan") -
 
 
 _SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
-_RANK_RE = re.compile(r"#(\d{1,2}) ")
+_ENTRY_RE = re.compile(r"#(\d{1,2}) ([^|]*?)\s*\|")  # a menu entry: rank, then the card as shown
 _ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
 
 
@@ -371,14 +371,18 @@ def question_part(question: str) -> str | None:
 
 def slot_alternatives(question: str, answer: str) -> list[str]:
     """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
-    plan slot, each other executor of its menu (``S1 | #3 | -``), in menu order (all of them when
-    the answer names no menu rank); for a ``per_part`` milestone question, the other of ``yes``
-    and ``no`` (both when the answer is neither)."""
+    plan slot, each other executor of its menu (``S1 | #3 | -``) — one rank per card, the highest
+    that names it, as warm start teaches it; ranks that name the answer's own card are left out
+    (their runs would be the answer's) — in menu order (every card when the answer names no menu
+    rank); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
+    answer is neither)."""
     if _ACT_RE.search(question):
         said = _first_line_fields(answer)[0].strip().lower()
         return [w for w in ("yes", "no") if w != said]
     m = _SLOT_MENU_RE.search(question)
-    ranks = _RANK_RE.findall(m.group(1) + " ") if m else []
+    entries = _ENTRY_RE.findall(m.group(1) + " |") if m else []
+    card = {rank: what for rank, what in entries}  # rank → the card it names, as shown ("good 0.03")
     fields = _first_line_fields(answer)[1]
-    chosen = fields[1] if len(fields) > 1 else None
-    return [f"S1 | #{r} | -" for r in ranks if f"#{r}" != chosen]
+    chosen = card.get(fields[1].lstrip("#")) if len(fields) > 1 and fields[1].startswith("#") else None
+    highest = {what: rank for rank, what in entries}  # later (higher) ranks overwrite
+    return [f"S1 | #{rank} | -" for rank, what in entries if what != chosen and highest[what] == rank]

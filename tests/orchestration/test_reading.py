@@ -1,4 +1,5 @@
-"""Menus: each part's capable executors, cheapest first, and the ``#k`` references plans make to them."""
+"""Menus: each part's three needs (the cheapest card at least fair, good, strong at its skill), and the
+``#k`` references plans make to them."""
 
 from __future__ import annotations
 
@@ -26,29 +27,43 @@ P3: (moderate) Infer whether the plan is feasible, using P1 and P2.
 Final answer: the result of P3."""
 
 
-def test_menus_list_capable_cards_cheapest_first() -> None:
+def test_menus_name_the_cheapest_card_of_each_need() -> None:
     menus = part_menus(QUESTION, DEFAULT)
     named = {p: [NAMES[i] for i in m] for p, m in menus.items()}
-    # price_of = in + 2*out: web-search .03, small .7, mid 3.5, frontier 22.5 (code-llm, reasoner weak at retrieve)
-    assert named["P1"] == ["web-search", "small-llm", "mid-llm", "frontier-llm"]
-    # compute: calculator .006, small (fair), mid, code-llm (good), reasoner (good), frontier
-    assert named["P2"] == ["calculator", "small-llm", "mid-llm", "code-llm", "reasoner", "frontier-llm"]
-    # reason: small-llm is weak, code-llm weak, tools useless
-    assert named["P3"] == ["mid-llm", "reasoner", "frontier-llm"]
+    # price_of = in + 2*out. Retrieve: web-search (good, .03) is the cheapest card at least fair and at
+    # least good; the only strong one is frontier-llm ("strongest at every skill", 22.5)
+    assert named["P1"] == ["web-search", "web-search", "frontier-llm"]
+    # compute: the calculator claims "exact" (strong) and is nearly free: every need names it
+    assert named["P2"] == ["calculator", "calculator", "calculator"]
+    # reason: small-llm and code-llm are weak; mid-llm good (3.5), reasoner strong (10.8) and cheaper than frontier
+    assert named["P3"] == ["mid-llm", "mid-llm", "reasoner"]
     assert part_menus("no numbered parts here", DEFAULT) == {}
+
+
+def test_a_need_no_card_meets_names_the_strongest_card() -> None:
+    transfer = load_pool_specs(REPO / "configs" / "executors" / "transfer.yaml")
+    names = [s.name for s in transfer]
+    named = {p: [names[i] for i in m] for p, m in part_menus(QUESTION, transfer).items()}
+    assert named["P3"] == ["nimbus-mini", "quanta-math", "sage-reasoner"]  # fair 1.35, good 4.6, strong 9
+    weak = [s for s in DEFAULT if s.name in ("small-llm", "mid-llm", "web-search")]  # nobody strong at reasoning
+    wnames = [s.name for s in weak]
+    assert [wnames[i] for i in part_menus(QUESTION, weak)["P3"]] == ["mid-llm", "mid-llm", "mid-llm"]
+    assert part_menus(QUESTION, [s for s in DEFAULT if s.name == "calculator"])["P3"] == []  # nobody capable
 
 
 def test_menu_refs_resolve_against_the_instruction_part() -> None:
     menus = part_menus(QUESTION, DEFAULT)
-    assert resolve_menu_ref("#2", "Solve P3.", menus, NAMES) == "reasoner"
+    assert resolve_menu_ref("#3", "Solve P3.", menus, NAMES) == "reasoner"
     assert resolve_menu_ref("#1", "Solve P2, then check P3", menus, NAMES) == "calculator"  # first tag counts
     assert resolve_menu_ref("#4", "Solve P3.", menus, NAMES) is None  # past the end of the menu
     assert resolve_menu_ref("#1", "Summarise everything", menus, NAMES) is None  # no part named
     assert resolve_menu_ref("E1", "Solve P3.", menus, NAMES) is None
-    assert menu_rank("frontier-llm", "Solve P3.", menus, NAMES) == 3
+    assert menu_rank("reasoner", "Solve P3.", menus, NAMES) == 3
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES) == 2  # #1 and #2 name it: the highest, its card's level
     assert menu_rank("web-search", "Solve P3.", menus, NAMES) is None  # not capable: not on the menu
+    assert menu_rank("frontier-llm", "Solve P3.", menus, NAMES) is None  # strong, but the reasoner is cheaper
 
-    plan = parse_plan("S1 | #2 | - | Solve P3.\nS2 | #9 | - | Solve P1.\nS3 | E2 | S1 | Solve P2.", NAMES, menus=menus)
+    plan = parse_plan("S1 | #3 | - | Solve P3.\nS2 | #9 | - | Solve P1.\nS3 | E2 | S1 | Solve P2.", NAMES, menus=menus)
     assert [(s.id, s.executor) for s in plan.subtasks] == [("S1", "reasoner"), ("S3", "mid-llm")]
     assert [d.code for d in plan.defects] == ["unknown_executor"]
     # without menus a rank is just an unknown executor
@@ -57,9 +72,10 @@ def test_menu_refs_resolve_against_the_instruction_part() -> None:
 
 def test_to_menu_refs_exact() -> None:
     menus = part_menus(QUESTION, DEFAULT)
-    text = render_plan([Subtask("S1", "web-search", "Solve P1."), Subtask("S2", "code-llm", "Solve P3.", ("S1",))])
-    # code-llm is weak at reason: not on P3's menu, so it is taught by its card handle
-    assert to_menu_refs(text, NAMES, menus) == "S1 | #1 | - | Solve P1.\nS2 | E4 | S1 | Solve P3."
+    text = render_plan([Subtask("S1", "web-search", "Solve P1."), Subtask("S2", "code-llm", "Solve P3.", ("S1",)),
+                        Subtask("S3", "frontier-llm", "Solve P1.")])
+    # code-llm is weak at reason: no need names it for P3, so it is taught by its card handle
+    assert to_menu_refs(text, NAMES, menus) == "S1 | #2 | - | Solve P1.\nS2 | E4 | S1 | Solve P3.\nS3 | #3 | - | Solve P1."
 
 
 @settings(max_examples=40, deadline=None)

@@ -46,8 +46,8 @@ def test_compact_milestone_prompt_exact() -> None:
 def test_compact_plan_prompt_lists_each_parts_menu() -> None:
     text = render_prompt(_obs(HISTORY, "Solve P2, P3"), "plan", style="compact")
     assert text == (
-        "### S1 P2 retrieve easy x1: #1 good 0.03 | #2 fair 0.7 | #3 good 3.5 | #4 strong 22\n"
-        "### S2 P3 reason normal: #1 good 3.5 | #2 strong 11 | #3 strong 22\n"
+        "### S1 P2 retrieve easy x1: #1 good 0.03 | #2 good 0.03 | #3 strong 22\n"
+        "### S2 P3 reason normal: #1 good 3.5 | #2 good 3.5 | #3 strong 11\n"
         "### decide: plan for Solve P2, P3\n"
     )
 
@@ -56,9 +56,9 @@ def test_factored_style_asks_each_slot_as_a_one_slot_plan() -> None:
     obs = _obs(HISTORY, "Solve P2, P3")
     assert render_prompt(obs, "plan", style="factored") == render_prompt(obs, "plan", style="compact")
     assert sub_prompts(obs, "plan") == [
-        "### S1 P2 retrieve easy x1: #1 good 0.03 | #2 fair 0.7 | #3 good 3.5 | #4 strong 22\n"
+        "### S1 P2 retrieve easy x1: #1 good 0.03 | #2 good 0.03 | #3 strong 22\n"
         "### decide: plan for Solve P2\n",
-        "### S1 P3 reason normal: #1 good 3.5 | #2 strong 11 | #3 strong 22\n"
+        "### S1 P3 reason normal: #1 good 3.5 | #2 good 3.5 | #3 strong 11\n"
         "### decide: plan for Solve P3\n",
     ]
     # ... and each is exactly the compact prompt of a plan for that part alone
@@ -70,9 +70,14 @@ def test_factored_style_asks_each_slot_as_a_one_slot_plan() -> None:
 
 def test_slot_alternatives_name_every_other_executor_of_the_slot_menu() -> None:
     q2, q3 = sub_prompts(_obs(HISTORY, "Solve P2, P3"), "plan") or []
-    assert slot_alternatives(q2, "S1 | #1 | -") == ["S1 | #2 | -", "S1 | #3 | -", "S1 | #4 | -"]
-    assert slot_alternatives(q3, "S1 | #2 | -\n") == ["S1 | #1 | -", "S1 | #3 | -"]
-    assert slot_alternatives(q3, "MILESTONE: oops") == ["S1 | #1 | -", "S1 | #2 | -", "S1 | #3 | -"]
+    # #1 and #2 name one card (good 0.03): it is offered once, by its highest rank, and never as an
+    # alternative to itself
+    assert slot_alternatives(q2, "S1 | #1 | -") == ["S1 | #3 | -"]
+    assert slot_alternatives(q2, "S1 | #3 | -") == ["S1 | #2 | -"]
+    assert slot_alternatives(q3, "S1 | #2 | -\n") == ["S1 | #3 | -"]
+    assert slot_alternatives(q3, "MILESTONE: oops") == ["S1 | #2 | -", "S1 | #3 | -"]
+    three = "### S1 P3 reason normal: #1 fair 1.4 | #2 good 4.6 | #3 strong 9\n### decide: plan for Solve P3\n"
+    assert slot_alternatives(three, "S1 | #2 | -") == ["S1 | #1 | -", "S1 | #3 | -"]
     assert slot_alternatives("### S1 P4 code hard: (no capable executor)\n### decide: plan for Solve P4\n",
                              "S1 | #1 | -") == []
 
@@ -141,7 +146,7 @@ def test_the_policy_orchestrator_asks_every_slot_in_one_batch() -> None:
 
     orch = PolicyOrchestrator(Echo(), DecodeSettings(prompt_style="factored"))
     obs = _obs(HISTORY, "Solve P2, P3")
-    assert asyncio.run(orch.decide(obs, "plan")) == "S1 | #4 | -\nS2 | #2 | S1"
+    assert asyncio.run(orch.decide(obs, "plan")) == "S1 | #3 | -\nS2 | #3 | S1"
     assert Echo.calls == [sub_prompts(obs, "plan")]
 
 
