@@ -192,6 +192,14 @@ class RolloutConfig(_Section):
         "any", description="with lookahead: which decisions look ahead; milestone: only milestone decisions (their "
         "alternatives branch again at their plan, which comes before any new result), plan decisions are judged by "
         "their greedy continuation (the decisions after a plan see its results: their best is chosen in hindsight)")
+    continuation: str = Field(
+        "policy", description="with spine: what judges a branch point's children. policy: each child's own greedy "
+        "continuation by the policy; a hand-written orchestrator (heuristic, thrifty, ...): rollout.probes "
+        "continuations of each child by that rule (a fast rollout policy, as in AlphaGo), so the policy generates "
+        "only the spine and the children off it end at their probes")
+    probes: int = Field(
+        4, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
+        "noise and the same noise for every child of a branch point (common random numbers)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
@@ -207,6 +215,18 @@ class RolloutConfig(_Section):
             raise ValueError("leaf_budget: must be >= branch_milestone and branch_plan (raise leaf_budget)")
         if self.common_executor_noise and not self.shared_noise:
             raise ValueError("common_executor_noise: needs rollout.shared_noise: true (without it siblings draw their own noise)")
+        if self.continuation != "policy":
+            if self.continuation not in HANDWRITTEN:
+                raise ValueError(f"continuation: unknown orchestrator {self.continuation!r}; use policy or one of "
+                                 f"{', '.join(HANDWRITTEN)}")
+            if not self.spine:
+                raise ValueError("continuation: a hand-written continuation needs rollout.spine: true (only the spine "
+                                 "is continued by the policy)")
+            if self.lookahead:
+                raise ValueError("lookahead: must be 0 with a hand-written rollout.continuation (its children do not branch again)")
+            if not self.shared_noise:
+                raise ValueError("continuation: a hand-written continuation needs rollout.shared_noise: true (the probes of "
+                                 "a branch point's children share their execution noise)")
         return self
 
 
@@ -408,6 +428,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.lookahead and params.rewards.estimator not in ("branch", "branch_first"):
         raise ConfigError(f"{source}: rollout.lookahead: needs rewards.estimator: branch or branch_first "
                           f"(the estimators that judge a decision by its continuation; got {params.rewards.estimator!r})")
+    if params.rollout.continuation != "policy" and params.rewards.estimator not in ("branch", "branch_first"):
+        raise ConfigError(f"{source}: rollout.continuation: a hand-written continuation needs rewards.estimator: branch "
+                          f"or branch_first (the estimators that judge a decision by its probes; got {params.rewards.estimator!r})")
     if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
         raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
                           f"(got {params.policy.prompt!r})")

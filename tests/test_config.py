@@ -148,6 +148,14 @@ def _error(data: dict[str, Any]) -> str:
         ({"evaluate": {"baselines": ["heuristic", "heuristc"]}}, "evaluate.baselines", "'heuristc'"),
         ({"warmstart": {"teachers": {"heuristic": 1.0, "explore": -0.5}}}, "warmstart.teachers", "negative weight for explore"),
         ({"policy": {"dtype": "float64x"}}, "policy.dtype", "'float64x'"),
+        ({"rollout": {"continuation": "heurstic", "spine": True}}, "rollout.continuation", "'heurstic'"),
+        ({"rollout": {"continuation": "heuristic"}}, "rollout.continuation", "needs rollout.spine"),
+        ({"rollout": {"continuation": "heuristic", "spine": True}}, "rollout.continuation", "needs rollout.shared_noise"),
+        ({"rollout": {"continuation": "heuristic", "spine": True, "shared_noise": True}}, "rollout.continuation",
+         "rewards.estimator: branch"),
+        ({"rollout": {"continuation": "heuristic", "spine": True, "shared_noise": True, "lookahead": 1},
+          "rewards": {"estimator": "branch"}}, "rollout.lookahead", "must be 0"),
+        ({"rollout": {"probes": 0}}, "rollout.probes", "greater than or equal to 1"),
     ],
 )
 def test_errors_name_the_dotted_key(data: dict[str, Any], key: str, words: str) -> None:

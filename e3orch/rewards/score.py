@@ -60,13 +60,29 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
     takes the first child at every later branch point (the greedy continuation under
     ``rollout.trunk: greedy``), and with ``lookahead`` N every leaf whose path may take any child
     at the first N branch points below the decision and first children after them (``lookahead_from``
-    milestone: for milestone decisions only)."""
+    milestone: for milestone decisions only). A decision with probes (``rollout.continuation``: the
+    episode finished from it by a hand-written rule, several times) is judged by them together:
+    one candidate whose leaves are its probes."""
     first = {r["node_id"]: r["sibling_index"] == 0 for r in rows}
     branched = {r["node_id"]: r["n_siblings"] > 1 for r in rows}
+    own: dict[str, list[dict[str, Any]]] = {}  # node → the leaves that end at it: its probes, or the episode's end
+    for r in rows:
+        own[r["node_id"]] = [leaf[x] for x in r["leaves"] if x in leaf and leaf[x]["node_path"][-1] == r["node_id"]]
+    probed: dict[tuple[str, str], int] = defaultdict(int)  # branch point → probes per child
+    for r in rows:
+        n = sum(bool(x.get("probe")) for x in own[r["node_id"]])
+        probed[(r["tree_id"], r["parent_id"])] = max(probed[(r["tree_id"], r["parent_id"])], n)
     out = []
     for r, f in zip(rows, facts):
         nid = r["node_id"]
-        below = {x: _after(leaf[x]["node_path"], nid) for x in r["leaves"] if x in leaf}
+        k = probed[(r["tree_id"], r["parent_id"])] if r["n_siblings"] > 1 else 0
+        ends = ([x for x in own[nid] if x.get("probe")] or own[nid] * k) if k else []
+        if ends:  # judged by its probes; a child that ended the episode, by its end counted as often
+            out.append([NodeFacts(leaf_scores=[x["score"] for x in ends], leaf_costs=[x["cost"] for x in ends],
+                                  leaf_answered=[not x["budget_failure"] for x in ends], n_defects=f.n_defects,
+                                  cost_scale=f.cost_scale)])
+            continue
+        below = {x: _after(leaf[x]["node_path"], nid) for x in r["leaves"] if x in leaf and not leaf[x].get("probe")}
         greedy = [x for x, path in below.items() if _follows(path, first, branched, 0)]
         if len(greedy) != 1:
             raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")

@@ -59,6 +59,9 @@ class Leaf:
     n_calls_path: int       # executor calls on the path (what an independent rollout would run)
     budget_failure: str
     answer: str
+    # a probe: the episode finished from its last decision by the rollout's hand-written continuation
+    # (``rollout.continuation``), not by the policy; it judges that decision only
+    probe: bool = False
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +108,7 @@ LEAF_SCHEMA = pa.DataFrameSchema(
         "n_calls_path": pa.Column(pl.Int64, pa.Check.ge(0)),
         "budget_failure": pa.Column(pl.Utf8),
         "answer": pa.Column(pl.Utf8),
+        "probe": pa.Column(pl.Boolean),
     },
     strict=True,
     name="Leaves",

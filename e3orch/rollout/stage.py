@@ -53,10 +53,11 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     write_validated(nodes_frame(res.nodes), NODE_SCHEMA, out / "nodes.parquet")
     write_validated(leaves_frame(res.leaves), LEAF_SCHEMA, out / "leaves.parquet")
     (out / "trees.json").write_text(json.dumps(res.trees, indent=1) + "\n")
+    own = [x for x in res.leaves if not x.probe]  # the policy's episodes (probes: rollout.continuation)
     summary = {
-        "tasks": len(tasks), "decisions": len(res.nodes), "leaves": len(res.leaves),
-        "leaf_accuracy": sum(x.correct for x in res.leaves) / max(1, len(res.leaves)),
-        "leaf_cost": sum(x.cost for x in res.leaves) / max(1, len(res.leaves)),
+        "tasks": len(tasks), "decisions": len(res.nodes), "leaves": len(own), "probes": len(res.leaves) - len(own),
+        "leaf_accuracy": sum(x.correct for x in own) / max(1, len(own)),
+        "leaf_cost": sum(x.cost for x in own) / max(1, len(own)),
         **res.sharing(), "generated_tokens": res.generated_tokens,
         "generate_s": res.generate_s, "execute_s": res.execute_s,
     }

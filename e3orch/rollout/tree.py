@@ -59,6 +59,7 @@ from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import EpisodeState
+from e3orch.orchestration.handwritten import make_handwritten
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
@@ -103,10 +104,11 @@ class RolloutResult:
     execute_s: float = 0.0
     generated_tokens: int = 0
     generate_calls: int = 0
+    probe_calls: int = 0  # executor calls of the hand-written continuations (rollout.continuation)
 
     @property
     def calls_tree(self) -> int:
-        return sum(n.n_calls for n in self.nodes)
+        return sum(n.n_calls for n in self.nodes) + self.probe_calls
 
     @property
     def calls_independent(self) -> int:
@@ -231,20 +233,35 @@ class TreeRollout:
                                     + [gens[i + j * len(a): i + (j + 1) * len(a)] for j in range(own)])
                     t += len(a) if greedy else 0
                     i += own * len(a)
-                changed: list[str | None] = []  # per path, the part its alternatives changed
+                changed: list[list[str | None]] = []  # per path, per child: the part its alternative changed
                 in_tree: Counter[str] = Counter()  # paths of one tree that draw alternatives at this step
-                for path, runs, sp, alt, k in zip(group, all_runs, subs, alts, ks):
-                    changed.append(None)
+                wanted: list[tuple[int, list[tuple[int, str]]]] = []  # per path: (its index, [(slot, answer)])
+                for x, (path, runs, sp, alt, k) in enumerate(zip(group, all_runs, subs, alts, ks)):
+                    changed.append([None])
                     if alt and sp is not None:
                         # each path its own draw (the first keeps the seed it always had)
                         j = in_tree[path.tree.tree_id]
                         in_tree[path.tree.tree_id] += 1
                         key = (seed, round_id, step, path.tree.tree_id, path.tree.nodes) + ((j,) if j else ())
                         rng = random.Random(stable_seed(*key))
-                        more, changed[-1] = await self._alternatives(runs[0], sp, k - 1, rng,
-                                                                     focus=path.focus if path.look > 0 else None)
-                        runs += more
-                for path, o, prompt, sp, runs, k, part in zip(group, obs, prompts, subs, all_runs, ks, changed):
+                        picks = self._alternatives(runs[0], sp, k - 1, rng, focus=path.focus if path.look > 0 else None)
+                        wanted.append((x, picks))
+                        changed[-1] += [question_part(sp[j]) for j, _ in picks]
+                # the policy scores every alternative answer of this step in one call (tokens and log-probs, as if sampled)
+                pairs = [(subs[x][j], text) for x, picks in wanted for j, text in picks]  # type: ignore[index]
+                lps = await asyncio.to_thread(self.backend.score, [q for q, _ in pairs], [a for _, a in pairs]) if pairs else []
+                at = 0
+                for x, picks in wanted:
+                    base = all_runs[x][0]
+                    for j, text in picks:
+                        ids, lp = self.backend.completion_ids(text), lps[at]
+                        at += 1
+                        if len(ids) != len(lp):
+                            raise RuntimeError(f"{self.backend.name} backend scored {len(lp)} tokens of a {len(ids)}-token "
+                                               "completion; rollout.slot_alternatives needs score() and completion_ids() to agree")
+                        forced = Generation(text, ids, [float(v) for v in lp], base[j].prompt_tokens)
+                        all_runs[x].append([*base[:j], forced, *base[j + 1:]])
+                for path, o, prompt, sp, runs, k, parts in zip(group, obs, prompts, subs, all_runs, ks, changed):
                     parent = path.node_path[-1] if path.node_path else ""
                     samples = [(_combine(o, kind, sp, r), [len(x.token_ids) for x in r] if sp is not None else [])
                                for r in runs]
@@ -260,7 +277,7 @@ class TreeRollout:
                             path.state.fork(f"{step}.{j}", shared_noise=self.cfg.shared_noise), path.pool, path.tree,
                             list(path.node_path), path.calls, spine=path.spine and j == 0,
                             look=_look(path, j, lookahead_at(self.cfg.lookahead, self.cfg.lookahead_from, kind)),
-                            focus=part if path.spine and j else path.focus)
+                            focus=(parts[j] if j < len(parts) else None) if path.spine and j else path.focus)
                         node = DecisionNode(
                             node_id=f"{path.tree.tree_id}#{path.tree.nodes}", tree_id=path.tree.tree_id,
                             task_id=path.tree.task.task_id, benchmark=path.tree.task.benchmark, parent_id=parent,
@@ -290,13 +307,17 @@ class TreeRollout:
                 node.defects = [d.code for d in child.state.defects[before:]]
 
             await asyncio.gather(*(apply(c, n, k) for c, n, k in children))
+            probing = self.cfg.continuation != "policy"
+            if probing:  # each child of a branch point, finished by the hand-written continuation
+                await asyncio.gather(*(self._probe(c, n, result) for c, n, _ in children
+                                       if n.n_siblings > 1 and not c.state.finished))
             result.execute_s += time.perf_counter() - t0
 
             active = []
-            for child, _, _ in children:
+            for child, node, _ in children:
                 if child.state.finished:
                     result.leaves.append(self._leaf(child, len(result.leaves)))
-                else:
+                elif not (probing and node.n_siblings > 1 and not child.spine):  # off the spine: its probes judge it
                     active.append(child)
 
         by_id = {n.node_id: n for n in result.nodes}
@@ -305,45 +326,66 @@ class TreeRollout:
                 by_id[nid].leaves.append(leaf.leaf_id)
         return result
 
-    async def _alternatives(self, base: list[Generation], questions: list[str], n: int, rng: random.Random,
-                            focus: str | None = None) -> tuple[list[list[Generation]], str | None]:
-        """Up to ``n`` copies of a factored plan's slot answers ``base`` in which one slot, drawn
-        by ``rng`` (uniformly, or by :func:`uncertainty_weights`), names another executor of its
-        menu or flips a part's yes/no; the new answer is scored by the policy (its tokens and
-        log-probs, as if sampled). With ``focus`` (a lookahead branch below an alternative that
-        changed that part), the slot is that part's when the decision asks about it. Also returns
-        the part of the slot changed."""
+    def _alternatives(self, base: list[Generation], questions: list[str], n: int, rng: random.Random,
+                      focus: str | None = None) -> list[tuple[int, str]]:
+        """Up to ``n`` alternatives to a factored decision's answers ``base``, each changing one
+        slot: ``(slot, new answer)`` — another executor of that slot's menu, or a part's yes/no
+        flipped. The first slot is drawn by ``rng`` (uniformly, or by :func:`uncertainty_weights`);
+        with ``focus`` (a lookahead branch below an alternative that changed that part) it is that
+        part's when the decision asks about it, and only that part changes. Otherwise, when the first
+        slot has fewer than ``n`` alternatives, the others follow in random order, so a wide branch
+        point compares every single change of the decision it can afford."""
         mine = [i for i, q in enumerate(questions) if focus is not None and question_part(q) == focus]
         if mine:
-            j = mine[0]
+            first = mine[0]
         elif self.cfg.alternative_slot == "uncertain":
-            j = rng.choices(range(len(questions)), weights=uncertainty_weights(base))[0]
+            first = rng.choices(range(len(questions)), weights=uncertainty_weights(base))[0]
         else:
-            j = rng.randrange(len(questions))
-        options = slot_alternatives(questions[j], base[j].text)
+            first = rng.randrange(len(questions))
+        options = slot_alternatives(questions[first], base[first].text)
         rng.shuffle(options)
-        options = options[:n]
-        if not options:
-            return [], None
-        lps = await asyncio.to_thread(self.backend.score, [questions[j]] * len(options), options)
-        out = []
-        for text, lp in zip(options, lps):
-            ids = self.backend.completion_ids(text)
-            if len(ids) != len(lp):
-                raise RuntimeError(f"{self.backend.name} backend scored {len(lp)} tokens of a {len(ids)}-token "
-                                   "completion; rollout.slot_alternatives needs score() and completion_ids() to agree")
-            forced = Generation(text, ids, [float(x) for x in lp], base[j].prompt_tokens)
-            out.append([*base[:j], forced, *base[j + 1:]])
-        return out, question_part(questions[j])
+        out = [(first, text) for text in options[:n]]
+        if len(out) < n and not mine:
+            rest = [i for i in range(len(questions)) if i != first]
+            rng.shuffle(rest)
+            for j in rest:
+                options = slot_alternatives(questions[j], base[j].text)
+                rng.shuffle(options)
+                out += [(j, text) for text in options[: n - len(out)]]
+                if len(out) >= n:
+                    break
+        return out
 
-    def _leaf(self, path: _Path, index: int) -> Leaf:
-        ep = path.state.finish("policy")
+    def _leaf(self, path: _Path, index: int, *, state: EpisodeState | None = None, calls: int | None = None,
+              probe: bool = False) -> Leaf:
+        ep = (state or path.state).finish("policy")
         return Leaf(
             leaf_id=f"{path.tree.tree_id}@{index}", tree_id=path.tree.tree_id, task_id=ep.task_id,
             benchmark=ep.benchmark, node_path=list(path.node_path), correct=ep.correct, score=float(ep.score),
-            cost=float(ep.cost), makespan_s=float(ep.makespan_s), n_calls_path=path.calls,
-            budget_failure=ep.budget_failure or "", answer=ep.answer[:500],
+            cost=float(ep.cost), makespan_s=float(ep.makespan_s), n_calls_path=path.calls if calls is None else calls,
+            budget_failure=ep.budget_failure or "", answer=ep.answer[:500], probe=probe,
         )
+
+    async def _probe(self, path: _Path, node: DecisionNode, result: RolloutResult) -> None:
+        """``rollout.probes`` continuations of ``path`` (a child of a branch point, its decision
+        ``node`` applied) by the hand-written ``rollout.continuation``, each a leaf that ends at
+        ``node``. Probe ``d`` of every child of one branch point draws the same execution noise
+        (the children share their noise; ``probe<d>`` extends it alike), so what separates the
+        children's probes is what their decisions changed."""
+        rule = make_handwritten(self.cfg.continuation, [s.name for s in path.state.specs],
+                                seed=stable_seed(node.parent_id or node.node_id))
+        for d in range(self.cfg.probes):
+            st = path.state.fork(f"probe{d}")
+            calls = path.calls
+            while not st.finished:
+                if st.needs == "milestone":
+                    st.apply_milestone(await rule.decide(st.observation(), "milestone"))
+                else:
+                    completion = await rule.decide(st.observation(), "plan")
+                    rec = await st.act(st.apply_plan(completion), path.pool, completion)
+                    calls += len(rec.results)
+                    result.probe_calls += len(rec.results)
+            result.leaves.append(self._leaf(path, len(result.leaves), state=st, calls=calls, probe=True))
 
 
 def _look(parent: _Path, j: int, lookahead: int) -> int:

@@ -545,6 +545,8 @@ class RLTrainer:
         t_sync = self.sync_weights()
         self.round += 1
         gen_s, exec_s = (rollout.generate_s, rollout.execute_s) if rollout else (0.0, 0.0)
+        if leaves is not None and "probe" in leaves.columns:  # the policy's own episodes, not the rule's probes
+            leaves = leaves.filter(~pl.col("probe"))
         has_leaves = leaves is not None and len(leaves) > 0
         # sums over this process's share of the round; pooled over every process below
         f = self._pooled_figures({

@@ -395,3 +395,38 @@ def test_branch_with_normalize_std_scales_by_the_continuations_spread() -> None:
     scale = statistics.pstdev([1, 1, 1, 1, 0]) / 3 + 1e-6
     assert adv["q0"] == pytest.approx((1 / 6) / scale) == pytest.approx(1.249991, abs=1e-5)
     assert adv["q1"] == pytest.approx(-adv["q0"]) and adv["p0"] == adv["p1"] == adv["m"] == 0.0
+
+
+def test_probes_judge_each_child_and_an_ended_episode_counts_as_often() -> None:
+    """``rollout.continuation``: a branch point's children are judged by their probes (the rule
+    finishing the episode from each, several times); the spine goes on below the first child, and
+    its own later leaves do not judge it. A child that ended the episode (it answered) is judged
+    by its end, counted as many times as its siblings have probes."""
+    def node(nid: str, parent: str, idx: int, n_sib: int, leaves: list[str], kind: str = "plan") -> DecisionNode:
+        return DecisionNode(nid, "t", "task", "sim/math", parent, kind, 0, idx, n_sib, "p", "c", [1], [-0.1], True,
+                            [], 0, 0.0, leaves)
+
+    def leaf(x: str, path: list[str], ok: bool, cost: float, probe: bool) -> Leaf:
+        return Leaf(x, "t", "task", "sim/math", path, ok, float(ok), cost, 1.0, 1, "", "a", probe=probe)
+
+    # m → spine s (sibling 0: probes s1..s4, then the spine's own milestone q and leaf S), alternative a
+    # (probes a1..a4), alternative e that answered (its own leaf E)
+    probes_s = [leaf(f"s{i}", ["m", "s"], ok, 2.0, True) for i, ok in enumerate((True, True, False, True))]
+    probes_a = [leaf(f"a{i}", ["m", "a"], ok, 1.0, True) for i, ok in enumerate((False, True, False, False))]
+    spine_leaf = leaf("S", ["m", "s", "q"], False, 9.0, False)
+    ended = leaf("E", ["m", "e"], True, 0.5, False)
+    nodes = [node("m", "", 0, 1, ["S", "E"] + [x.leaf_id for x in probes_s + probes_a], "milestone"),
+             node("s", "m", 0, 3, ["S"] + [x.leaf_id for x in probes_s]), node("a", "m", 1, 3, [x.leaf_id for x in probes_a]),
+             node("e", "m", 2, 3, ["E"]), node("q", "s", 0, 1, ["S"], "milestone")]
+    adv = _scored(nodes, [*probes_s, *probes_a, spine_leaf, ended], "branch")
+    # cost_norm: cost over the tree's mean leaf cost (all 10 leaves: 8 + 4 + 9 + 0.5 = 21.5 / 10)
+    scale = 21.5 / 10
+
+    def reward(succ: int, n: int, cost: float) -> float:  # Beta(1 + succ, 1 + n - succ) mean, kappa 0
+        return (1 + succ) / (2 + n) - 0.3 * cost / scale + 0.2 * 1.0
+
+    r_s, r_a, r_e = reward(3, 4, 2.0), reward(1, 4, 1.0), reward(4, 4, 0.5)
+    mean = (r_s + r_a + r_e) / 3
+    assert adv["s"] == pytest.approx(r_s - mean) and adv["a"] == pytest.approx(r_a - mean)
+    assert adv["e"] == pytest.approx(r_e - mean)
+    assert adv["m"] == 0.0 and adv["q"] == 0.0  # not branch points

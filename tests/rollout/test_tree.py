@@ -305,6 +305,8 @@ class ScoringFactoredPolicy(FactoredRulePolicy):
 
 
 def test_slot_alternatives_send_one_slot_to_each_other_menu_executor() -> None:
+    """Each alternative changes one slot to another card of its menu: the drawn slot's other cards
+    first, and only when it has fewer than the branch point wants, other slots' (one change each)."""
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
     cfg = RolloutConfig(branch_plan=3, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=9,
@@ -332,9 +334,13 @@ def test_slot_alternatives_send_one_slot_to_each_other_menu_executor() -> None:
             start = sum(alt.sub_lengths[:k])
             assert alt.token_ids[start:start + 1] == [200 + r] and alt.logprobs[start:start + 1] == [-float(r)]
             assert alt.sub_lengths[:k] == drawn.sub_lengths[:k] and alt.sub_lengths[k] == 1
-        assert len({k for k, _ in ranks}) == 1 and len(ranks) == len(alts)  # distinct executors
-        k = next(iter(ranks))[0]
-        assert int(re.search(r"#(\d+)", drawn.completion.splitlines()[k]).group(1)) not in {r for _, r in ranks}
+        assert len(ranks) == len(alts)  # distinct changes
+        slots = [k for k, _ in ranks]
+        first = slots[0]
+        # the first slot's alternatives come first; a second slot only once the first has none left
+        assert slots == sorted(slots, key=lambda k: k != first)
+        for k, r in ranks:
+            assert int(re.search(r"#(\d+)", drawn.completion.splitlines()[k]).group(1)) != r
     assert all(len([lf for lf in res.leaves if lf.tree_id == t]) <= 9 for t in {lf.tree_id for lf in res.leaves})
     NODE_SCHEMA.validate(nodes_frame(res.nodes))
 
@@ -395,13 +401,18 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
     for sibs in groups.values():
         sibs.sort(key=lambda n: n.sibling_index)
         drawn, *alts = sibs
-        assert len(alts) == 1  # yes or no: one alternative
-        flipped = [k for k, (a, b) in enumerate(zip(alts[0].token_ids, drawn.token_ids)) if a != b]
-        assert len(flipped) == 1 and alts[0].logprobs[flipped[0]] == -1.0
+        # yes or no: one alternative per part, so a second alternative flips another part
+        assert 1 <= len(alts) <= min(2, len(drawn.sub_prompts))
+        parts = set()
+        for alt in alts:
+            flipped = [k for k, (a, b) in enumerate(zip(alt.token_ids, drawn.token_ids)) if a != b]
+            assert len(flipped) == 1 and alt.logprobs[flipped[0]] == -1.0
+            parts.add(flipped[0])
+        assert len(parts) == len(alts)
     # paths of one tree that branch at the same step draw their flips independently (they shared one draw)
     same_step: dict[tuple[str, int, int], set[int]] = {}
     for sibs in groups.values():
-        drawn, alt = sorted(sibs, key=lambda n: n.sibling_index)
+        drawn, alt, *_ = sorted(sibs, key=lambda n: n.sibling_index)
         k = next(k for k, (a, b) in enumerate(zip(alt.token_ids, drawn.token_ids)) if a != b)
         same_step.setdefault((drawn.tree_id, drawn.depth, len(drawn.sub_prompts)), set()).add(k)
     assert any(len(ks) > 1 for ks in same_step.values())
@@ -553,3 +564,60 @@ def test_branching_follows_start_stride_depth_and_budget(depth: int, paths: int,
     tree = _Tree("t", generate_split(0, "train", 1)[0], [], paths=paths)
     path = _Path(None, None, tree, node_path=["x"] * depth, spine=spine, look=look)  # type: ignore[arg-type]
     assert TreeRollout(PromptRulePolicy(), EngineConfig(), cfg).branching(path, kind) == children
+
+
+def test_probes_finish_each_child_by_the_rule_and_only_the_spine_goes_on() -> None:
+    """``rollout.continuation``: every child of a branch point that did not end the episode gets
+    ``probes`` leaves finished by the rule, ending at it; the policy decides only along the spine."""
+    res = _per_part_spine(PerPartRulePolicy(), branch_plan=3, branch_start=1, leaf_budget=60, shared_noise=True,
+                          common_executor_noise=True, continuation="heuristic", probes=3)
+    by_id = {n.node_id: n for n in res.nodes}
+    ends: dict[str, list] = {}
+    for lf in res.leaves:
+        ends.setdefault(lf.node_path[-1], []).append(lf)
+    children = [n for n in res.nodes if n.n_siblings > 1]
+    assert children and any(n.sibling_index for n in children)
+    for n in children:
+        own = ends.get(n.node_id, [])
+        probes = [lf for lf in own if lf.probe]
+        # three probes, or the child answered and its own end is its one leaf
+        assert len(probes) == 3 or (not probes and len(own) == 1 and not own[0].probe)
+    # below an alternative the policy made no decision: every decision's ancestors are first children
+    for n in res.nodes:
+        assert _on_spine(by_id, by_id[n.parent_id]) if n.parent_id else True
+    assert all(lf.node_path[-1] in {c.node_id for c in children} for lf in res.leaves if lf.probe)
+    LEAF_SCHEMA.validate(leaves_frame(res.leaves))
+    # same seed, same probes
+    again = _per_part_spine(PerPartRulePolicy(), branch_plan=3, branch_start=1, leaf_budget=60, shared_noise=True,
+                            common_executor_noise=True, continuation="heuristic", probes=3)
+    assert [(lf.leaf_id, lf.correct, lf.cost) for lf in again.leaves] == [(lf.leaf_id, lf.correct, lf.cost) for lf in res.leaves]
+
+
+def test_the_probes_of_a_branch_points_children_share_their_noise() -> None:
+    """Probe d of every child draws the same execution noise: two children in the same state get
+    the same probes, one per draw, and the draws differ from one another."""
+    import asyncio
+
+    from e3orch.executors.base import build_pool
+    from e3orch.orchestration.episode import EpisodeState
+    from e3orch.rollout.records import DecisionNode
+    from e3orch.rollout.tree import RolloutResult, _Path, _Tree
+
+    tasks = [t for t in generate_split(0, "train", 6) if t.domain == "research"]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    cfg = RolloutConfig(spine=True, shared_noise=True, common_executor_noise=True, continuation="heuristic", probes=6)
+    roll = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part")
+    pool = build_pool(specs)
+    outcomes = []
+    for task in tasks:
+        state = EpisodeState.start(task, pool, EngineConfig(max_part_attempts=3), seed=11, seed_by_executor=False)
+        node = DecisionNode("n", "t", task.task_id, task.benchmark, "", "milestone", 0, 0, 2, "p", "c", [], [], True, [])
+        runs = []
+        for branch in range(2):  # two siblings' forks (shared noise: the same branch suffix)
+            res = RolloutResult([], [], {})
+            path = _Path(state.fork(f"1.{branch}", shared_noise=True), pool, _Tree("t", task, specs))
+            asyncio.run(roll._probe(path, node, res))
+            runs.append([(lf.correct, lf.cost) for lf in res.leaves])
+        assert runs[0] == runs[1] and len(runs[0]) == 6
+        outcomes.append(runs[0])
+    assert any(len(set(run)) > 1 for run in outcomes)  # each probe its own draw

@@ -556,15 +556,33 @@ class TransformersBackend(PolicyBackend):
 
     @torch.no_grad()
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> list[list[float]]:
+        """Per-token log-probs of each completion given its prompt, in right-padded batches of
+        similar length (causal attention never reaches the padding after a sequence, so each row's
+        logits are those of its unpadded forward pass)."""
         with self._lock:
             p_ids = self.encode_prompts(prompts)
             c_ids = [self.completion_ids(c) for c in completions]
-            out = []
-            for p, c in zip(p_ids, c_ids):
-                x = torch.tensor([p + c], device=self.device)
-                logits = self.model(x).logits[0, len(p) - 1 : -1].float()
-                lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c, device=self.device).unsqueeze(-1))
-                out.append(lp.squeeze(-1).cpu().tolist())
+            seqs = [p + c for p, c in zip(p_ids, c_ids)]
+            out: list[list[float]] = [[] for _ in seqs]
+            order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+            pad = self.tokenizer.pad_token_id or 0
+            start = 0
+            while start < len(order):
+                width = len(seqs[order[start]])
+                end = start + 1
+                while end < len(order) and len(seqs[order[end]]) * (end - start + 1) <= max(_PREFILL_TOKENS, len(seqs[order[end]])):
+                    end += 1
+                chunk = order[start:end]
+                width = len(seqs[chunk[-1]])
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                for r, i in enumerate(chunk):
+                    ids[r, : len(seqs[i])] = torch.tensor(seqs[i])
+                logp = torch.log_softmax(self.model(ids.to(self.device), use_cache=False).logits.float(), -1)
+                for r, i in enumerate(chunk):
+                    n_p, n_c = len(p_ids[i]), len(c_ids[i])
+                    rows = logp[r, n_p - 1 : n_p - 1 + n_c]
+                    out[i] = rows.gather(-1, torch.tensor(c_ids[i], device=self.device).unsqueeze(-1)).squeeze(-1).cpu().tolist()
+                start = end
             return out
 
     def update_weights(self, source: Any) -> float:
