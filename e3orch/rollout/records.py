@@ -6,7 +6,7 @@ stage adds reward columns to the node table (``scored.parquet``), validated by i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class DecisionNode:
     sub_lengths: list[int] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # asdict would deep-copy every list
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Leaf:
     probe: bool = False
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # asdict would deep-copy every list
 
 
 NODE_SCHEMA = pa.DataFrameSchema(

@@ -293,6 +293,12 @@ class TreeRollout:
 
             # (2) apply decisions; execute every plan of every tree concurrently
             t0 = time.perf_counter()
+            probing = self.cfg.continuation != "policy"
+            if probing:
+                # each child of a branch point: its decision applied (a plan executed) and the episode finished by
+                # the hand-written continuation, rollout.probes times; a child off the spine ends there
+                await asyncio.gather(*(self._probe(c, n, result) for c, n, _ in children if n.n_siblings > 1))
+                children = [(c, n, k) for c, n, k in children if n.n_siblings == 1 or c.spine]
 
             async def apply(child: _Path, node: DecisionNode, kind: str) -> None:
                 before = len(child.state.defects)
@@ -307,17 +313,13 @@ class TreeRollout:
                 node.defects = [d.code for d in child.state.defects[before:]]
 
             await asyncio.gather(*(apply(c, n, k) for c, n, k in children))
-            probing = self.cfg.continuation != "policy"
-            if probing:  # each child of a branch point, finished by the hand-written continuation
-                await asyncio.gather(*(self._probe(c, n, result) for c, n, _ in children
-                                       if n.n_siblings > 1 and not c.state.finished))
             result.execute_s += time.perf_counter() - t0
 
             active = []
-            for child, node, _ in children:
+            for child, _, _ in children:
                 if child.state.finished:
                     result.leaves.append(self._leaf(child, len(result.leaves)))
-                elif not (probing and node.n_siblings > 1 and not child.spine):  # off the spine: its probes judge it
+                else:
                     active.append(child)
 
         by_id = {n.node_id: n for n in result.nodes}
@@ -367,16 +369,23 @@ class TreeRollout:
         )
 
     async def _probe(self, path: _Path, node: DecisionNode, result: RolloutResult) -> None:
-        """``rollout.probes`` continuations of ``path`` (a child of a branch point, its decision
-        ``node`` applied) by the hand-written ``rollout.continuation``, each a leaf that ends at
-        ``node``. Probe ``d`` of every child of one branch point draws the same execution noise
-        (the children share their noise; ``probe<d>`` extends it alike), so what separates the
-        children's probes is what their decisions changed."""
+        """``rollout.probes`` episodes from ``path`` (a child of a branch point, before its
+        decision): ``node``'s decision applied — a plan executed — then finished by the hand-written
+        ``rollout.continuation``; each a leaf that ends at ``node``. Probe ``d`` of every child of one
+        branch point draws the same execution noise (the children share their noise, and
+        ``probe<d>`` extends it alike), so what separates the children's probes is what their
+        decisions changed; the probes of one child differ in the noise of its own plan too."""
         rule = make_handwritten(self.cfg.continuation, [s.name for s in path.state.specs],
                                 seed=stable_seed(node.parent_id or node.node_id))
         for d in range(self.cfg.probes):
             st = path.state.fork(f"probe{d}")
             calls = path.calls
+            if node.kind == "milestone":
+                st.apply_milestone(node.completion)
+            else:
+                rec = await st.act(st.apply_plan(node.completion), path.pool, node.completion)
+                calls += len(rec.results)
+                result.probe_calls += len(rec.results)
             while not st.finished:
                 if st.needs == "milestone":
                     st.apply_milestone(await rule.decide(st.observation(), "milestone"))

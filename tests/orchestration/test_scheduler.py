@@ -285,3 +285,29 @@ def test_without_the_executor_in_the_seed_a_stronger_executor_succeeds_wherever_
             assert weak_only > 0  # independent draws: the weaker one sometimes wins
         else:
             assert weak_only == 0  # one draw per subtask: the stronger one wins wherever the weaker one does
+
+
+def test_virtual_time_executors_take_the_direct_path_with_the_same_results() -> None:
+    """A virtual-time executor (simulated, no sleeping) is awaited directly, without a slot or a
+    timeout timer: the same results as through the timed path, and a raise is still a recorded
+    failure whose dependants are skipped."""
+    pool = recorder_pool(bad={"mode": "raise"}, good={})
+    for e in pool.executors.values():
+        e.virtual_time = True
+    plan = Plan((Subtask("S1", "bad", "x"), Subtask("S2", "good", "y"), Subtask("S3", "good", "z", ("S1",)),
+                 Subtask("S4", "good", "w", ("S2",))))
+    fast = by_id(run(plan, pool))
+    assert fast["S1"].error == "executor raised RuntimeError: boom" and fast["S3"].error == "skipped: dependency S1 failed"
+    assert fast["S4"].ok and fast["S4"].output == "out(S4)[S2=out(S2)[]]"
+    timed_pool = recorder_pool(bad={"mode": "raise"}, good={})
+    timed = by_id(run(plan, timed_pool))
+    assert [(r.ok, r.output, r.error, r.cost) for r in fast.values()] == [(r.ok, r.output, r.error, r.cost) for r in timed.values()]
+    # simulated executors: identical plans give identical results whichever path ran them
+    sims = build_pool([sim_spec("a", 1.0), sim_spec("b", 2.0)])
+    splan = Plan((Subtask("S1", "a", "Decide P1."), Subtask("S2", "b", "Decide P2.", ("S1",))))
+    direct = run(splan, sims, seed=5)
+    for e in sims.executors.values():
+        e.virtual_time = False
+    slow = run(splan, sims, seed=5)
+    assert [(r.ok, r.output, r.cost, r.latency_s) for r in direct.results] == [(r.ok, r.output, r.cost, r.latency_s) for r in slow.results]
+    assert direct.makespan_s == slow.makespan_s
