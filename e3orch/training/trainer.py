@@ -146,8 +146,8 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     example per slot, and a ``per_part`` milestone one per part asked, each with the decision's
     advantage; a forced decision (nothing asked, no tokens) trains nothing. Weights make every
     tree count equally: each example gets 1 / (examples in its tree). ``skip_zero_advantage``
-    leaves out decisions whose advantage is exactly 0 (a tree with none left drops out); the
-    weights count the examples kept.
+    leaves out decisions whose advantage is exactly 0, and merged copies whose advantages cancel
+    (a tree with none left drops out); the weights count the examples kept.
 
     Copies merge: the same answer to the same prompt in one tree (a slot alternative repeats
     every other slot's answer of the plan it varies; siblings often sample the same plan) is one
@@ -182,6 +182,8 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     out = list(merged.values())
     for e in out:
         e.advantage /= e.weight
+    if skip_zero_advantage:  # copies whose advantages cancel (a slot every sibling answered alike) teach nothing either
+        out = [e for e in out if abs(e.advantage) > 1e-12]
     n_in_tree: dict[str, float] = {}  # the examples a tree actually yields (forced, over-long: none), copies included
     for e in out:
         n_in_tree[e.group] = n_in_tree.get(e.group, 0.0) + e.weight

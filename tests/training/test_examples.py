@@ -94,3 +94,18 @@ def test_copies_of_one_answer_merge_into_one_example(tokenizer) -> None:  # type
                    ("a", "P2", two, -0.4, round(1 / 6, 9)), ("b", "P1", one, 1.0, 1.0)]
     # the same gradient as the copies apart: sum of weight x advantage per distinct answer
     assert sum(e.weight * e.advantage for e in ex if e.group == "a") == pytest.approx((0.1 + 0.1 + 0.3 + 0.3 - 0.4 - 0.4) / 6)
+
+
+def test_skip_zero_advantage_drops_copies_whose_advantages_cancel(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    # a two-slot plan and one alternative changing slot 2: slot 1's answer is in both siblings with
+    # advantages +0.2 and -0.2 — merged, 0: it teaches nothing, and with skip_zero_advantage it leaves
+    p1 = "### S1 P1 reason normal: #1 good 3.5 | #2 strong 11\n### decide: plan for Solve P1\n"
+    p2 = "### S1 P2 code normal: #1 good 3.5 | #2 strong 5.6\n### decide: plan for Solve P2\n"
+    one, two = [5, 6], [7, 8]
+    scored = pl.DataFrame(
+        [{"tree_id": "a", "prompt": "", "token_ids": t, "logprobs": [-0.1] * 4, "advantage": adv, "sub_prompts": [p1, p2],
+          "sub_lengths": [2, 2]} for t, adv in ((one + one, 0.2), (one + two, -0.2))],
+        schema_overrides={"sub_prompts": pl.List(pl.Utf8), "sub_lengths": pl.List(pl.Int64)})
+    kept = examples_from_scored(scored, tokenizer, 256, skip_zero_advantage=True)
+    assert sorted((e.completion_ids, e.advantage, e.weight) for e in kept) == [(one, 0.2, 0.5), (two, -0.2, 0.5)]
+    assert len(examples_from_scored(scored, tokenizer, 256)) == 3  # without it the cancelled copy stays
