@@ -250,6 +250,9 @@ class RewardsConfig(_Section):
     estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
     normalize_std: bool = Field(True, description="divide advantages by the std of the tree's leaf rewards")
     positive_only: bool = Field(False, description="negative advantages become 0: the update only raises decisions that did better than their baseline")
+    advantage_clip: float | None = Field(
+        None, gt=0, description="advantages are clipped to [-c, c]: a few alternatives far worse than the policy's choice "
+        "(giving up on a task) no longer set the direction of the whole step, which small, consistent gains then share")
 
 
 class WarmstartConfig(_Section):
@@ -310,8 +313,9 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     max_seq_len: int = Field(1024, ge=64)
     skip_zero_advantage: bool = Field(
-        False, description="leave decisions whose advantage is exactly 0 out of the update (their policy-gradient term "
-                            "is 0; only their KL term goes); each tree's kept decisions share its weight")
+        False, description="leave decisions whose advantage is exactly 0, and merged copies whose advantages cancel, out "
+                            "of the update (their policy-gradient term is 0; only their KL term goes); each tree's kept "
+                            "decisions share its weight")
     old_logprobs: Literal["auto", "rollout", "recompute"] = Field(
         "auto", description="the log-probs the clip ratio starts from: those the rollout recorded, or the trainer's own "
                             "(one forward pass before the update; vLLM omits the stop token's and computes in its own "

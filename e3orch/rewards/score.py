@@ -178,6 +178,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
         adv = [0.0 if below else a for a, below in zip(adv, _below_alternative(rows))]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
+    if cfg.advantage_clip is not None:
+        adv = [min(cfg.advantage_clip, max(-cfg.advantage_clip, a)) for a in adv]
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

@@ -155,6 +155,11 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     # positive_only: the better sibling keeps its credit, the worse one's becomes 0
     pos = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"positive_only": True}))
     assert dict(zip(pos["node_id"], pos["advantage"])) == pytest.approx({"m": 0.0, "p1": (r1 - r2) / 2, "p2": 0.0})
+    # advantage_clip: both advantages cut to the clip, the rewards untouched
+    c = (r1 - r2) / 4
+    clipped = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"advantage_clip": c}))
+    assert dict(zip(clipped["node_id"], clipped["advantage"])) == pytest.approx({"m": 0.0, "p1": c, "p2": -c})
+    assert list(clipped["reward"]) == pytest.approx(list(out["reward"]))
 
 
 @pytest.mark.parametrize("estimator", ["sibling", "matched"])
