@@ -200,6 +200,10 @@ class RolloutConfig(_Section):
     probes: int = Field(
         4, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
         "noise and the same noise for every child of a branch point (common random numbers)")
+    probe_routing: Literal["rule", "policy"] = Field(
+        "rule", description="with a hand-written continuation: who routes the probes' plans — the rule, or the policy "
+        "as it decodes greedily (each distinct plan question generated once a round and cached, so probes follow the "
+        "policy's current routing at a few generations' cost; milestones stay the rule's)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")

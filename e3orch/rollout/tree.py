@@ -147,6 +147,7 @@ class TreeRollout:
         self.max_new_tokens = max_new_tokens or {"milestone": 24, "plan": 160}
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_style = prompt_style
+        self._policy_plans: _PolicyPlans | None = None  # per run: the policy's greedy plans for probes
 
     @classmethod
     def from_params(cls, backend: PolicyBackend, params: Any) -> TreeRollout:
@@ -174,6 +175,7 @@ class TreeRollout:
         import time
 
         result = RolloutResult([], [], {})
+        self._policy_plans = _PolicyPlans(self)  # probe_routing policy: this round's greedy plans, cached
         active: list[_Path] = []
         for task in tasks:
             rng = random.Random(stable_seed("pool", seed, round_id, task.task_id))
@@ -377,6 +379,8 @@ class TreeRollout:
         decisions changed; the probes of one child differ in the noise of its own plan too."""
         rule = make_handwritten(self.cfg.continuation, [s.name for s in path.state.specs],
                                 seed=stable_seed(node.parent_id or node.node_id))
+        router = self._policy_plans if self.cfg.probe_routing == "policy" else None
+        assert router is not None or self.cfg.probe_routing == "rule"
         for d in range(self.cfg.probes):
             st = path.state.fork(f"probe{d}")
             calls = path.calls
@@ -390,11 +394,45 @@ class TreeRollout:
                 if st.needs == "milestone":
                     st.apply_milestone(await rule.decide(st.observation(), "milestone"))
                 else:
-                    completion = await rule.decide(st.observation(), "plan")
+                    obs = st.observation()
+                    completion = await (router.plan(obs) if router is not None else rule.decide(obs, "plan"))
                     rec = await st.act(st.apply_plan(completion), path.pool, completion)
                     calls += len(rec.results)
                     result.probe_calls += len(rec.results)
             result.leaves.append(self._leaf(path, len(result.leaves), state=st, calls=calls, probe=True))
+
+
+class _PolicyPlans:
+    """Plans as the policy makes them when it decodes greedily, for probes (``rollout.probe_routing:
+    policy``): each distinct question (a plan slot's, or a whole plan prompt) is generated once per
+    rollout — one round, one set of weights — batched with the questions other probes are waiting
+    on at the same time, and cached; thousands of probes then cost a few hundred generations."""
+
+    def __init__(self, rollout: TreeRollout) -> None:
+        from e3orch.policy.orchestrator import DecodeSettings, MicroBatcher
+
+        self.rollout = rollout
+        self.batcher = MicroBatcher(rollout.backend, DecodeSettings(
+            temperature=0.0, max_new_tokens=rollout.max_new_tokens, max_prompt_tokens=rollout.max_prompt_tokens,
+            prompt_style=rollout.prompt_style))
+        self.cache: dict[str, asyncio.Future[str]] = {}
+
+    async def _generate(self, question: str) -> str:
+        return (await self.batcher.generate(question, "plan", temperature=0.0)).text
+
+    def _ask(self, question: str) -> asyncio.Future[str]:
+        if question not in self.cache:
+            self.cache[question] = asyncio.ensure_future(self._generate(question))
+        return self.cache[question]
+
+    async def plan(self, obs: Any) -> str:
+        r = self.rollout
+        questions = sub_prompts(obs, "plan", r.prompt_style)
+        if questions is None:
+            return await self._ask(render_prompt(obs, "plan", count_tokens=r.backend.count_tokens,
+                                                 max_tokens=r.max_prompt_tokens, style=r.prompt_style))
+        answers = await asyncio.gather(*(self._ask(q) for q in questions))
+        return join_answers(obs, list(answers), "plan")
 
 
 def _look(parent: _Path, j: int, lookahead: int) -> int:

@@ -623,3 +623,66 @@ def test_the_probes_of_a_branch_points_children_share_their_noise() -> None:
         assert runs[0] == runs[1] and len(runs[0]) == 6
         outcomes.append(runs[0])
     assert any(len(set(run)) > 1 for run in outcomes)  # each probe its own draw
+
+
+class CountingPerPartPolicy(PerPartRulePolicy):
+    """:class:`PerPartRulePolicy` that records every greedy question it is asked."""
+
+    def __init__(self) -> None:
+        self.greedy: list[str] = []
+
+    def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None, min_new_tokens=0,  # type: ignore[no-untyped-def]
+                 row_seeds=None):
+        if temperature == 0:
+            self.greedy += list(prompts)
+        return super().generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                seed=seed, min_new_tokens=min_new_tokens)
+
+
+def test_probes_routed_by_the_policy_ask_each_question_once_and_route_as_it_does() -> None:
+    """``rollout.probe_routing: policy``: the probes' plans are the policy's greedy plans (this
+    policy's greedy answer is ``#1``, the cheapest card at least fair), each distinct question
+    generated once per rollout; milestones stay the rule's."""
+    import asyncio
+
+    from e3orch.executors.base import build_pool
+    from e3orch.orchestration.episode import EpisodeState
+    from e3orch.orchestration.handwritten import make_handwritten
+    from e3orch.policy.prompts import join_answers, sub_prompts
+    from e3orch.rollout.tree import _PolicyPlans
+
+    task = next(t for t in generate_split(0, "train", 3) if t.domain == "research")
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    policy = CountingPerPartPolicy()
+    roll = TreeRollout(policy, EngineConfig(max_part_attempts=3), RolloutConfig(), prompt_style="per_part")
+    plans = _PolicyPlans(roll)
+    st = EpisodeState.start(task, build_pool(specs), EngineConfig(max_part_attempts=3))
+    rule = make_handwritten("heuristic", [s.name for s in specs])
+    st.apply_milestone(asyncio.run(rule.decide(st.observation(), "milestone")))
+    obs = st.observation()
+
+    async def twice() -> tuple[str, str]:
+        return await plans.plan(obs), await plans.plan(obs)
+
+    first, again = asyncio.run(twice())
+    questions = sub_prompts(obs, "plan", "per_part") or []
+    assert len(questions) >= 3 and first == again == join_answers(obs, ["S1 | #1 | -"] * len(questions), "plan")
+    assert sorted(policy.greedy) == sorted(questions)  # each asked once, the second plan from the cache
+
+    # in a rollout: the same tree with probes routed by the rule or by the policy
+    spine_only = CountingPerPartPolicy()
+    by_rule = _per_part_spine(spine_only, branch_plan=3, branch_start=1, leaf_budget=40, shared_noise=True,
+                              common_executor_noise=True, continuation="heuristic", probes=2)
+    counting = CountingPerPartPolicy()
+    by_policy = _per_part_spine(counting, branch_plan=3, branch_start=1, leaf_budget=40, shared_noise=True,
+                                common_executor_noise=True, continuation="heuristic", probes=2, probe_routing="policy")
+    assert [n.completion for n in by_policy.nodes] == [n.completion for n in by_rule.nodes]  # the spine is the policy's
+    cost = {lf.leaf_id: lf.cost for lf in by_rule.leaves if lf.probe}
+    assert any(cost[lf.leaf_id] != lf.cost for lf in by_policy.leaves if lf.probe)  # the probes route otherwise
+    # what the probes asked (the spine asks the same in both runs): each question once, far fewer than their plans
+    from collections import Counter as _C
+
+    extra = _C(counting.greedy) - _C(spine_only.greedy)
+    assert extra and max(extra.values()) == 1
+    probe_plans = sum(1 for lf in by_policy.leaves if lf.probe)  # at least one plan a probe
+    assert sum(extra.values()) < probe_plans
