@@ -119,6 +119,25 @@ def _below_alternative(rows: list[dict[str, Any]]) -> list[bool]:
     return out
 
 
+def _clip_zero_sum(adv: list[float], keys: list[NodeKey], c: float) -> list[float]:
+    """Advantages clipped to [-c, c], then, within each group of siblings, re-centred on their
+    mean. Siblings' advantages sum to zero as every sibling estimator makes them, and must go on
+    doing so: the tokens siblings share (``S1 | #`` before the rank they differ in) get the sum of
+    their advantages, and a clipped group whose sum is negative would push the answer format itself
+    down until plans stop parsing."""
+    out = [min(c, max(-c, a)) for a in adv]
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        if k.n_siblings > 1:
+            groups[(k.tree_id, k.parent_id)].append(i)
+    for idx in groups.values():
+        if len(idx) > 1 and any(adv[i] for i in idx):
+            mean = fmean(out[i] for i in idx)
+            for i in idx:
+                out[i] -= mean
+    return out
+
+
 def _after(path: list[str], node_id: str) -> list[str]:
     return list(path[path.index(node_id) + 1:])
 
@@ -179,7 +198,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
     if cfg.advantage_clip is not None:
-        adv = [min(cfg.advantage_clip, max(-cfg.advantage_clip, a)) for a in adv]
+        adv = _clip_zero_sum(adv, keys, cfg.advantage_clip)
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

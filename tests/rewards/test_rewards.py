@@ -155,11 +155,24 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
     # positive_only: the better sibling keeps its credit, the worse one's becomes 0
     pos = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"positive_only": True}))
     assert dict(zip(pos["node_id"], pos["advantage"])) == pytest.approx({"m": 0.0, "p1": (r1 - r2) / 2, "p2": 0.0})
-    # advantage_clip: both advantages cut to the clip, the rewards untouched
+    # advantage_clip: both advantages cut to the clip (still summing to zero), the rewards untouched
     c = (r1 - r2) / 4
     clipped = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"advantage_clip": c}))
     assert dict(zip(clipped["node_id"], clipped["advantage"])) == pytest.approx({"m": 0.0, "p1": c, "p2": -c})
     assert list(clipped["reward"]) == pytest.approx(list(out["reward"]))
+
+
+def test_advantage_clip_keeps_each_sibling_groups_advantages_summing_to_zero() -> None:
+    """Clipped, a group (+0.05, -0.3, +0.25) would sum to -0.05 (+0.05, -0.1, +0.1): the tokens all
+    siblings share would be pushed down. Re-centred on the mean, the clipped advantages sum to 0."""
+    from e3orch.rewards.score import _clip_zero_sum
+
+    keys = [K("a", "r", n=3), K("b", "r", n=3), K("c", "r", n=3), K("d", "s", n=1)]
+    out = _clip_zero_sum([0.05, -0.3, 0.25, 0.0], keys, 0.1)
+    shift = (0.05 - 0.1 + 0.1) / 3
+    assert out == pytest.approx([0.05 - shift, -0.1 - shift, 0.1 - shift, 0.0])
+    assert sum(out[:3]) == pytest.approx(0.0)
+    assert _clip_zero_sum([0.0, 0.0, 0.0, 0.0], keys, 0.1) == [0.0, 0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("estimator", ["sibling", "matched"])
