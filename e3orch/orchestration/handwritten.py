@@ -157,25 +157,15 @@ class RuleOrchestrator(Orchestrator):
 
 
 class ExploreOrchestrator(RuleOrchestrator):
-    """``heuristic``'s structure with its two constants drawn at random: each subtask's need — the
-    cheapest card at least fair, good or strong at the skill (what menu ranks ``#1`` … ``#3``
-    name) — and, for each result, the confidence below which it is repaired (uniform in
-    [``accept_low``, ``accept_high``)). The diverse-but-sensible teacher that gives a warm-started
-    policy probability mass on alternatives RL can then compare: a policy taught a little of it
-    is unsure exactly where the rules could differ (a result at 0.65), sure where they agree. A
-    dearer card of a level a cheaper one also claims is never drawn: no need picks it."""
-
-    accept_low, accept_high = 0.5, 0.75
+    """``heuristic``'s structure with each subtask's need drawn at random — the cheapest card at
+    least fair, good or strong at the skill (what menu ranks ``#1`` … ``#3`` name): the
+    diverse-but-sensible teacher that gives a warm-started policy probability mass on
+    alternatives RL can then compare. A dearer card of a level a cheaper one also claims is never
+    drawn: no need picks it."""
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
         return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
-
-    def accepted(self, st: PartStatus) -> bool:
-        if st.value is None:
-            return False
-        u = random.Random(stable_seed(self.seed, "accept", st.value, st.attempts)).random()
-        return st.confidence >= self.accept_low + (self.accept_high - self.accept_low) * u
 
 
 class ThriftyOrchestrator(RuleOrchestrator):
