@@ -34,7 +34,12 @@ alternative off the spine branches again at its next N branch points, so that ev
 can be judged by its best continuation through them (rewards/score.py): "repair this part" is
 then compared with "move on" at the repair's best routing, not only at the greedy one. A
 decision with nothing to ask (the ``per_part`` milestone once no part can still run) is forced
-and never branches.
+and never branches. With a hand-written ``rollout.continuation`` (spine only), each child of a
+branch point is judged by ``rollout.probes`` *probes* instead of its own greedy continuation: the
+child's decision applied (its plan executed with the probe's noise, the same for every sibling)
+and the episode finished by the rule, whose plans the policy routes as it does greedily with
+``rollout.probe_routing: policy`` (each distinct question generated once a round); the children
+off the spine end at their probes, so the policy generates only the spine.
 
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
