@@ -145,6 +145,19 @@ def test_shared_prefix_generation_matches_scoring_and_single_calls(two_layer_mod
     assert checked >= 2
 
 
+def test_score_in_batches_equals_one_forward_per_pair(two_layer_model: Path) -> None:
+    """score() runs right-padded batches of similar length; each pair's log-probs are those of its
+    own unpadded forward pass, whatever else shares the batch."""
+    be = make_backend("transformers", str(two_layer_model), device="cpu")
+    prompts = [*SHARED_PROMPTS, SHARED_PROMPTS[0], "### decide: act on P1\n"]
+    completions = ["S1 | #2 | -", "MILESTONE: Solve P1, P2", "ANSWER: P4", "a much longer completion than the others are", "yes"]
+    prompts, completions = prompts[: len(completions)], completions[: len(prompts)]
+    batched = be.score(prompts, completions)
+    for p, c, lp in zip(prompts, completions, batched):
+        assert lp == pytest.approx(_forward_logprobs(be, p, be.completion_ids(c)), abs=1e-5)
+        assert len(lp) == len(be.completion_ids(c))
+
+
 def test_model_generate_fallback_keeps_the_contract(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Models the own loop cannot mask (flash attention, sliding windows) go through model.generate."""
     be = make_backend("transformers", str(tiny_model), device="cpu")

@@ -568,7 +568,6 @@ class TransformersBackend(PolicyBackend):
             pad = self.tokenizer.pad_token_id or 0
             start = 0
             while start < len(order):
-                width = len(seqs[order[start]])
                 end = start + 1
                 while end < len(order) and len(seqs[order[end]]) * (end - start + 1) <= max(_PREFILL_TOKENS, len(seqs[order[end]])):
                     end += 1
