@@ -269,9 +269,8 @@ class EpisodeState:
         )
 
 
-async def run_episode(task: Task, orchestrator: Orchestrator, pool: Pool, cfg: EngineConfig, seed: int = 0) -> Episode:
-    """Run one task to the end with ``orchestrator``."""
-    st = EpisodeState.start(task, pool, cfg, seed)
+async def play_out(st: EpisodeState, orchestrator: Orchestrator, pool: Pool) -> EpisodeState:
+    """Let ``orchestrator`` make every decision left in ``st`` until the episode ends."""
     while not st.finished:
         if st.needs == "milestone":
             st.apply_milestone(await orchestrator.decide(st.observation(), "milestone"))
@@ -279,4 +278,10 @@ async def run_episode(task: Task, orchestrator: Orchestrator, pool: Pool, cfg: E
             completion = await orchestrator.decide(st.observation(), "plan")
             plan = st.apply_plan(completion)
             await st.act(plan, pool, completion)
+    return st
+
+
+async def run_episode(task: Task, orchestrator: Orchestrator, pool: Pool, cfg: EngineConfig, seed: int = 0) -> Episode:
+    """Run one task to the end with ``orchestrator``."""
+    st = await play_out(EpisodeState.start(task, pool, cfg, seed), orchestrator, pool)
     return st.finish(orchestrator.name)

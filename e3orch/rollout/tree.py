@@ -63,7 +63,7 @@ from e3orch.config import EngineConfig, RolloutConfig, lookahead_at
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool, build_pool
-from e3orch.orchestration.episode import EpisodeState
+from e3orch.orchestration.episode import DecisionType, EpisodeState, Orchestrator, play_out
 from e3orch.orchestration.handwritten import make_handwritten
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
@@ -180,7 +180,8 @@ class TreeRollout:
         import time
 
         result = RolloutResult([], [], {})
-        self._policy_plans = _PolicyPlans(self)  # probe_routing policy: this round's greedy plans, cached
+        # probe_routing policy: this round's greedy plans, cached for the probes
+        self._policy_plans = _PolicyPlans(self) if self.cfg.probe_routing == "policy" else None
         active: list[_Path] = []
         for task in tasks:
             rng = random.Random(stable_seed("pool", seed, round_id, task.task_id))
@@ -384,27 +385,29 @@ class TreeRollout:
         decisions changed; the probes of one child differ in the noise of its own plan too."""
         rule = make_handwritten(self.cfg.continuation, [s.name for s in path.state.specs],
                                 seed=stable_seed(node.parent_id or node.node_id))
-        router = self._policy_plans if self.cfg.probe_routing == "policy" else None
-        assert router is not None or self.cfg.probe_routing == "rule"
+        finish = rule if self._policy_plans is None else _PolicyRouted(rule, self._policy_plans)
+        start = len(path.state.milestones)
         for d in range(self.cfg.probes):
             st = path.state.fork(f"probe{d}")
-            calls = path.calls
             if node.kind == "milestone":
                 st.apply_milestone(node.completion)
             else:
-                rec = await st.act(st.apply_plan(node.completion), path.pool, node.completion)
-                calls += len(rec.results)
-                result.probe_calls += len(rec.results)
-            while not st.finished:
-                if st.needs == "milestone":
-                    st.apply_milestone(await rule.decide(st.observation(), "milestone"))
-                else:
-                    obs = st.observation()
-                    completion = await (router.plan(obs) if router is not None else rule.decide(obs, "plan"))
-                    rec = await st.act(st.apply_plan(completion), path.pool, completion)
-                    calls += len(rec.results)
-                    result.probe_calls += len(rec.results)
-            result.leaves.append(self._leaf(path, len(result.leaves), state=st, calls=calls, probe=True))
+                await st.act(st.apply_plan(node.completion), path.pool, node.completion)
+            await play_out(st, finish, path.pool)
+            calls = sum(len(rec.results) for rec in st.milestones[start:])  # this probe's own executions
+            result.probe_calls += calls
+            result.leaves.append(self._leaf(path, len(result.leaves), state=st, calls=path.calls + calls, probe=True))
+
+
+class _PolicyRouted(Orchestrator):
+    """A probe's continuation under ``rollout.probe_routing: policy``: the rule's milestones, the
+    policy's greedy plans (:class:`_PolicyPlans`)."""
+
+    def __init__(self, rule: Orchestrator, plans: _PolicyPlans) -> None:
+        self.rule, self.plans, self.name = rule, plans, rule.name
+
+    async def decide(self, obs: Any, kind: DecisionType) -> str:
+        return await (self.rule.decide(obs, kind) if kind == "milestone" else self.plans.plan(obs))
 
 
 class _PolicyPlans:
