@@ -43,7 +43,7 @@ from e3orch.orchestration.reading import (
     cheapest_at_least,
     parse_parts,
     part_status,
-    price_of,
+    strongest,
 )
 from e3orch.orchestration.types import Subtask
 
@@ -68,7 +68,7 @@ class Router:
         return self.cards[cheapest_at_least(self.cards, self._by_index, skill, level)].name
 
     def strongest(self, skill: str) -> str:
-        return min(self.cards, key=lambda c: (-self.levels[c.name][skill], price_of(c))).name
+        return self.cards[strongest(self.cards, self._by_index, skill)].name
 
 
 class RuleOrchestrator(Orchestrator):

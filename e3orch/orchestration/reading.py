@@ -238,6 +238,11 @@ def cheapest_at_least(cards: Sequence[ExecutorSpec], levels: Sequence[dict[str, 
     ok = [i for i in range(len(cards)) if levels[i][skill] >= need]
     if ok:
         return min(ok, key=lambda i: (price_of(cards[i]), i))
+    return strongest(cards, levels, skill)
+
+
+def strongest(cards: Sequence[ExecutorSpec], levels: Sequence[dict[str, int]], skill: str) -> int:
+    """Index of the card that states the highest level at ``skill`` (the cheapest among equals)."""
     return min(range(len(cards)), key=lambda i: (-levels[i][skill], price_of(cards[i]), i))
 
 
