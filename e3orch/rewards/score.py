@@ -78,9 +78,7 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
         k = probed[(r["tree_id"], r["parent_id"])] if r["n_siblings"] > 1 else 0
         ends = ([x for x in own[nid] if x.get("probe")] or own[nid] * k) if k else []
         if ends:  # judged by its probes; a child that ended the episode, by its end counted as often
-            out.append([NodeFacts(leaf_scores=[x["score"] for x in ends], leaf_costs=[x["cost"] for x in ends],
-                                  leaf_answered=[not x["budget_failure"] for x in ends], n_defects=f.n_defects,
-                                  cost_scale=f.cost_scale)])
+            out.append([_judged_by(ends, f)])
             continue
         below = {x: _after(leaf[x]["node_path"], nid) for x in r["leaves"] if x in leaf and not leaf[x].get("probe")}
         greedy = [x for x, path in below.items() if _follows(path, first, branched, 0)]
@@ -88,10 +86,15 @@ def continuation_facts(rows: list[dict[str, Any]], facts: list[NodeFacts],
             raise ValueError(f"node {nid}: {len(greedy)} leaves follow first children below it, expected 1 (incomplete rollout file?)")
         look = lookahead_at(lookahead, lookahead_from, r["kind"])
         cont = [x for x, path in below.items() if _follows(path, first, branched, look)] if look else greedy
-        out.append([NodeFacts(leaf_scores=[leaf[x]["score"]], leaf_costs=[leaf[x]["cost"]],
-                              leaf_answered=[not leaf[x]["budget_failure"]], n_defects=f.n_defects,
-                              cost_scale=f.cost_scale) for x in cont])
+        out.append([_judged_by([leaf[x]], f) for x in cont])
     return out
+
+
+def _judged_by(leaves: list[dict[str, Any]], f: NodeFacts) -> NodeFacts:
+    """A decision's facts with ``leaves`` as the leaves that judge it (its own defects and cost scale kept)."""
+    return NodeFacts(leaf_scores=[x["score"] for x in leaves], leaf_costs=[x["cost"] for x in leaves],
+                     leaf_answered=[not x["budget_failure"] for x in leaves], n_defects=f.n_defects,
+                     cost_scale=f.cost_scale)
 
 
 def _follows(path: list[str], first: dict[str, bool], branched: dict[str, bool], free: int) -> bool:

@@ -16,6 +16,11 @@ import polars as pl
 KINDS = ["milestone", "plan"]
 
 
+def _row(record: Any) -> dict[str, Any]:
+    """A record's fields as a table row (``asdict`` would deep-copy every list)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 @dataclass
 class DecisionNode:
     node_id: str
@@ -42,7 +47,7 @@ class DecisionNode:
     sub_lengths: list[int] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # asdict would deep-copy every list
+        return _row(self)
 
 
 @dataclass
@@ -64,7 +69,7 @@ class Leaf:
     probe: bool = False
 
     def row(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # asdict would deep-copy every list
+        return _row(self)
 
 
 NODE_SCHEMA = pa.DataFrameSchema(
