@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from e3orch.data.sim import stable_seed
-from e3orch.executors.base import ExecutionResult, Pool, SubtaskRequest
+from e3orch.executors.base import ExecutionResult, Executor, Pool, SubtaskRequest
 from e3orch.orchestration.types import Plan
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,13 @@ def _finish(sid: str, by_id: Mapping[str, Any], latency: Mapping[str, float], me
         start = max((_finish(d, by_id, latency, memo) for d in by_id[sid].deps), default=0.0)
         memo[sid] = start + latency.get(sid, 0.0)
     return memo[sid]
+
+
+def _raised(executor: Executor, request: SubtaskRequest, exc: BaseException, latency_s: float) -> ExecutionResult:
+    """An executor that raised: a recorded failure, never a crash of the episode (an executor bug
+    must not take it down)."""
+    log.warning("executor %s raised %r on %s", executor.name, exc, request.subtask_id)
+    return executor.failure(request, f"executor raised {type(exc).__name__}: {exc}", latency_s=latency_s)
 
 
 async def run_plan(
@@ -117,26 +124,21 @@ async def run_plan(
                 # needs neither a slot nor a timeout timer, which cost more than the call itself
                 try:
                     res = await executor.run(req)
-                except Exception as err:  # an executor bug must not take the episode down
-                    log.warning("executor %s raised %r on %s", sub.executor, err, sid)
-                    res = executor.failure(req, f"executor raised {type(err).__name__}: {err}")
-                done[sid].set_result(res)
-                return
-            async with sem:
-                started = time.perf_counter()
-                call = asyncio.ensure_future(executor.run(req))
-                # asyncio.wait (not wait_for): an executor's own TimeoutError must not pass for ours
-                finished, _ = await asyncio.wait({call}, timeout=timeout_s)
-                if not finished:
-                    call.cancel()
-                    res = executor.failure(req, f"timeout after {timeout_s:g}s", latency_s=time.perf_counter() - started)
-                elif call.exception() is not None:  # an executor bug must not take the episode down
-                    exc = call.exception()
-                    log.warning("executor %s raised %r on %s", sub.executor, exc, sid)
-                    res = executor.failure(req, f"executor raised {type(exc).__name__}: {exc}",
-                                           latency_s=time.perf_counter() - started)
-                else:
-                    res = call.result()
+                except Exception as err:
+                    res = _raised(executor, req, err, 0.0)
+            else:
+                async with sem:
+                    started = time.perf_counter()
+                    call = asyncio.ensure_future(executor.run(req))
+                    # asyncio.wait (not wait_for): an executor's own TimeoutError must not pass for ours
+                    finished, _ = await asyncio.wait({call}, timeout=timeout_s)
+                    if not finished:
+                        call.cancel()
+                        res = executor.failure(req, f"timeout after {timeout_s:g}s", latency_s=time.perf_counter() - started)
+                    elif (exc := call.exception()) is not None:
+                        res = _raised(executor, req, exc, time.perf_counter() - started)
+                    else:
+                        res = call.result()
         done[sid].set_result(res)
 
     await asyncio.gather(*(one(s.id) for s in plan.subtasks))
