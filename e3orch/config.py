@@ -180,6 +180,10 @@ class RolloutConfig(_Section):
         "random", description="with slot_alternatives: which slot a branch point's alternatives change: drawn "
         "uniformly, or drawn with weight 1 - p(the answer the policy gave there), so that the comparisons go where "
         "the policy is least sure (a milestone over seven parts mostly flips parts it is sure of otherwise)")
+    milestone_flips: Literal["all", "results"] = Field(
+        "all", description="with slot_alternatives and policy.prompt per_part: which parts a milestone branch point "
+        "may flip: any part asked about, or only parts that already have a result or a failed attempt (repair or "
+        "move on); flipping an open part to no is almost always worse and teaches nothing the warm start lacks")
     spine: bool = Field(
         False, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "
@@ -430,6 +434,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.alternative_slot != "random" and not params.rollout.slot_alternatives:
         raise ConfigError(f"{source}: rollout.alternative_slot: needs rollout.slot_alternatives: true "
                           "(it chooses which slot the alternatives change)")
+    if params.rollout.milestone_flips != "all" and not params.rollout.slot_alternatives:
+        raise ConfigError(f"{source}: rollout.milestone_flips: needs rollout.slot_alternatives: true "
+                          "(it chooses which parts a milestone's alternatives flip)")
     if params.rollout.lookahead and not params.rollout.spine:
         raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
                           "(it lets the spine's alternatives branch again)")

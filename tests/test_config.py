@@ -180,6 +180,14 @@ def test_alternative_slot_needs_slot_alternatives() -> None:
     assert parse_params(ok).rollout.alternative_slot == "uncertain"
 
 
+def test_milestone_flips_needs_slot_alternatives() -> None:
+    msg = _error({"rollout": {"milestone_flips": "results"}})
+    assert msg.endswith("rollout.milestone_flips: needs rollout.slot_alternatives: true "
+                        "(it chooses which parts a milestone's alternatives flip)")
+    ok = {"rollout": {"milestone_flips": "results", "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
+    assert parse_params(ok).rollout.milestone_flips == "results"
+
+
 def test_common_executor_noise_needs_shared_noise() -> None:
     msg = _error({"rollout": {"common_executor_noise": True}})
     assert msg.endswith("rollout.common_executor_noise: needs rollout.shared_noise: true "

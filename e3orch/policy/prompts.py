@@ -358,6 +358,7 @@ def split_decision(obs: Observation, taught: str, kind: DecisionType = "plan") -
 _SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
 _ENTRY_RE = re.compile(r"#(\d{1,2}) ([^|]*?)\s*\|")  # a menu entry: rank, then the card as shown
 _ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
+_RESULT_PART_RE = re.compile(r"^### part: P\d+ [^\n]* x\d+( spent)?$", re.M)
 
 
 _QUESTION_PART_RE = re.compile(r"^### decide: (?:act on|plan for Solve) (P\d+)$", re.M)
@@ -369,6 +370,17 @@ def question_part(question: str) -> str | None:
     return m.group(1) if m else None
 
 
+def asks_to_act(question: str) -> bool:
+    """Whether a :func:`sub_prompts` question is a ``per_part`` milestone's (``act on P3``)."""
+    return bool(_ACT_RE.search(question))
+
+
+def asks_about_result(question: str) -> bool:
+    """Whether a ``per_part`` milestone question is about a part that already has a result or a
+    failed attempt (``### part: P3 compute hard: 0.41 x1``), not an open or waiting one."""
+    return asks_to_act(question) and bool(_RESULT_PART_RE.match(question))
+
+
 def slot_alternatives(question: str, answer: str) -> list[str]:
     """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
     plan slot, each other executor of its menu (``S1 | #3 | -``) — one rank per card, the highest
@@ -376,7 +388,7 @@ def slot_alternatives(question: str, answer: str) -> list[str]:
     (their runs would be the answer's) — in menu order (every card when the answer names no menu
     rank); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
     answer is neither)."""
-    if _ACT_RE.search(question):
+    if asks_to_act(question):
         said = _first_line_fields(answer)[0].strip().lower()
         return [w for w in ("yes", "no") if w != said]
     m = _SLOT_MENU_RE.search(question)

@@ -69,6 +69,8 @@ from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
     PromptStyle,
+    asks_about_result,
+    asks_to_act,
     join_answers,
     policy_prompt_style,
     question_part,
@@ -345,18 +347,22 @@ class TreeRollout:
         part's when the decision asks about it, and only that part changes. Otherwise, when the first
         slot has fewer than ``n`` alternatives, the others follow in random order, so a wide branch
         point compares every single change of the decision it can afford."""
-        mine = [i for i, q in enumerate(questions) if focus is not None and question_part(q) == focus]
+        slots = [i for i, q in enumerate(questions) if self._may_change(q)]
+        if not slots:
+            return []
+        mine = [i for i in slots if focus is not None and question_part(questions[i]) == focus]
         if mine:
             first = mine[0]
         elif self.cfg.alternative_slot == "uncertain":
-            first = rng.choices(range(len(questions)), weights=uncertainty_weights(base))[0]
+            weights = uncertainty_weights(base)
+            first = rng.choices(slots, weights=[weights[i] for i in slots])[0]
         else:
-            first = rng.randrange(len(questions))
+            first = rng.choice(slots)
         options = slot_alternatives(questions[first], base[first].text)
         rng.shuffle(options)
         out = [(first, text) for text in options[:n]]
         if len(out) < n and not mine:
-            rest = [i for i in range(len(questions)) if i != first]
+            rest = [i for i in slots if i != first]
             rng.shuffle(rest)
             for j in rest:
                 options = slot_alternatives(questions[j], base[j].text)
@@ -365,6 +371,10 @@ class TreeRollout:
                 if len(out) >= n:
                     break
         return out
+
+    def _may_change(self, question: str) -> bool:
+        """Whether an alternative may change this question's answer (``rollout.milestone_flips``)."""
+        return self.cfg.milestone_flips == "all" or not asks_to_act(question) or asks_about_result(question)
 
     def _leaf(self, path: _Path, index: int, *, state: EpisodeState | None = None, calls: int | None = None,
               probe: bool = False) -> Leaf:

@@ -16,7 +16,7 @@ from e3orch.data.sim import generate_split
 from e3orch.executors.base import load_pool_specs
 from e3orch.executors.simulated import SimulatedExecutor
 from e3orch.policy.backends.base import Generation, PolicyBackend
-from e3orch.policy.prompts import question_part
+from e3orch.policy.prompts import asks_about_result, question_part
 from e3orch.rollout.records import LEAF_SCHEMA, NODE_SCHEMA, leaves_frame, nodes_frame
 from e3orch.rollout.tree import TreeRollout
 
@@ -424,7 +424,8 @@ def _per_part_spine(policy: PolicyBackend, **options):  # type: ignore[no-untype
     """A greedy spine with slot alternatives, per_part prompts, on factcheck and research train tasks."""
     tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=2, branch_stride=1, branch_depth=30, randomize_pool=False,
+    options = {"branch_milestone": 2, **options}
+    cfg = RolloutConfig(branch_stride=1, branch_depth=30, randomize_pool=False,
                         slot_alternatives=True, spine=True, trunk="greedy", **options)
     return TreeRollout(policy, EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(tasks, specs, seed=3)
 
@@ -686,3 +687,26 @@ def test_probes_routed_by_the_policy_ask_each_question_once_and_route_as_it_does
     assert extra and max(extra.values()) == 1
     probe_plans = sum(1 for lf in by_policy.leaves if lf.probe)  # at least one plan a probe
     assert sum(extra.values()) < probe_plans
+
+
+@pytest.mark.parametrize("flips", ["all", "results"])
+def test_milestone_flips_results_flips_only_parts_with_a_result(flips: str) -> None:
+    res = _per_part_spine(PerPartRulePolicy(), branch_plan=2, branch_milestone=4, branch_start=0, leaf_budget=60,
+                          milestone_flips=flips)
+    flipped: dict[str, list[bool]] = {"milestone": [], "plan": []}
+    groups: dict[tuple[str, str], list] = {}
+    for n in res.nodes:
+        if n.n_siblings > 1:
+            groups.setdefault((n.tree_id, n.parent_id), []).append(n)
+    for sibs in groups.values():
+        drawn, *alts = sorted(sibs, key=lambda n: n.sibling_index)
+        by_part = {question_part(q): q for q in drawn.sub_prompts}
+        for alt in alts:
+            flipped[drawn.kind].append(asks_about_result(by_part[_changed_part(drawn, alt)]))
+    assert len(flipped["plan"]) >= 5  # plans still get their alternatives
+    results = flipped["milestone"]
+    assert sum(results) >= 5  # repairs (or not) of parts that have a result are compared either way
+    if flips == "results":
+        assert all(results)
+    else:
+        assert not all(results)  # and, by default, flips of open parts too
