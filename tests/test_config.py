@@ -109,6 +109,19 @@ def test_the_spine_config_is_params_yaml_with_its_own_keys() -> None:
     assert spine.evaluate == default.evaluate and spine.prepare == default.prepare
 
 
+def test_the_probes_configs_chain_onto_params_yaml() -> None:
+    """configs/params-probes-phase2.yaml is params-probes.yaml with milestone flips and its own
+    output folders (its init is the first phase's policy); both keep params.yaml's evaluation."""
+    default = load_params(REPO / "params.yaml")
+    probes = load_params(REPO / "configs/params-probes.yaml")
+    phase2 = load_params(REPO / "configs/params-probes-phase2.yaml")
+    assert (probes.rollout.continuation, probes.rollout.probe_routing, probes.rollout.branch_milestone) == ("heuristic", "policy", 1)
+    assert phase2.rollout.branch_milestone == 8 and phase2.rollout.branch_plan == probes.rollout.branch_plan
+    assert phase2.train.out_dir != probes.train.out_dir and phase2.train.checkpoint_dir != probes.train.checkpoint_dir
+    assert phase2.rewards == probes.rewards and phase2.warmstart == probes.warmstart == default.warmstart
+    assert phase2.evaluate == probes.evaluate == default.evaluate
+
+
 def test_params_are_frozen() -> None:
     p = Params()
     with pytest.raises(pydantic.ValidationError):
