@@ -55,6 +55,12 @@ def validation_tasks(params: Params) -> list[Task]:
     return sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
 
 
+def report_path(params: Any, given: str | None, name: str) -> str:
+    """A stage summary's path: the one given, else ``name`` in ``evaluate.out_dir`` (``reports/``
+    with params.yaml), so that a run with other params does not overwrite the pipeline's."""
+    return given or str(Path(params.evaluate.out_dir) / name)
+
+
 def write_stage_json(path: str | Path, obj: Any) -> None:
     """A training stage's JSON summary. Under torchrun / accelerate launch every process runs the
     stage; the commands call this from the main one only (``tracking.is_main_process``), since

@@ -10,6 +10,7 @@ from typing import Any
 from e3orch.commands.common import (
     add_params_arg,
     params_from,
+    report_path,
     resolve_pool_path,
     sim_tasks,
     validation_tasks,
@@ -25,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executors", default=None, help="pool whose randomised variants RL uses (default: evaluate.executors)")
     p.add_argument("--out", default=None, help="output folder (default: train.out_dir)")
     p.add_argument("--no-resume", action="store_true", help="ignore checkpoints and start from the warm start")
-    p.add_argument("--metrics", default="reports/train_rounds.json", help="per-round metrics (training curves)")
+    p.add_argument("--metrics", default=None,
+                   help="per-round metrics, the training curves (default: train_rounds.json in evaluate.out_dir)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from e3orch.training.trainer import train_rl
 
     params = params_from(args)
+    metrics = report_path(params, args.metrics, "train_rounds.json")
     pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
     specs = load_pool_specs(pool_path)
     rounds = []
@@ -55,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
                                     first_leaves=args.leaves, val_tasks=validation_tasks(params))
         if not is_main_process():  # one metrics file and one report per run (round figures are pooled over processes)
             return 0
-        write_stage_json(args.metrics, rounds)
-        tracker.log_artifact(args.metrics)
+        write_stage_json(metrics, rounds)
+        tracker.log_artifact(metrics)
         tracker.log_pool(pool_path)
         tracker.log_policy(out, name="policy")
     console = Console()

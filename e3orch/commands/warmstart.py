@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from e3orch.commands.common import add_params_arg, params_from, resolve_pool_path, sim_tasks, write_stage_json
+from e3orch.commands.common import (
+    add_params_arg,
+    params_from,
+    report_path,
+    resolve_pool_path,
+    sim_tasks,
+    write_stage_json,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_params_arg(p)
     p.add_argument("--executors", default=None, help="pool whose randomised variants the demos use (default: evaluate.executors)")
     p.add_argument("--out", default=None, help="output folder (default: warmstart.out_dir)")
-    p.add_argument("--metrics", default="reports/warmstart.json", help="where to write the stage summary")
+    p.add_argument("--metrics", default=None,
+                   help="where to write the stage summary (default: warmstart.json in evaluate.out_dir)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from e3orch.training.warmstart import warmstart
 
     params = params_from(args)
+    metrics = report_path(params, args.metrics, "warmstart.json")
     pool_path = resolve_pool_path(args.executors or params.evaluate.executors)
     specs = load_pool_specs(pool_path)
     with stage_run("warmstart", params) as tracker:
@@ -28,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
             out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
         if not is_main_process():  # one metrics file and one report per run
             return 0
-        write_stage_json(args.metrics, {**info, "losses": stats.losses})
+        write_stage_json(metrics, {**info, "losses": stats.losses})
         tracker.log_metrics(info)
         for r in info["corrections"]:  # correction_policy_accuracy, correction_agreement, ... at step=round
             tracker.log_metrics({f"correction_{k}": v for k, v in r.items() if k != "round"}, step=r["round"])
         tracker.log_curve("sft_loss", stats.losses)
-        tracker.log_artifact(args.metrics)
+        tracker.log_artifact(metrics)
         tracker.log_pool(pool_path)
         tracker.log_policy(out, name="warmstart")
     print(f"wrote {out}: {info['demonstrations']} demonstrations from {info['teacher_episodes']} teacher episodes, "

@@ -215,3 +215,15 @@ def test_hold_accuracy_without_validation_is_a_one_line_error(pipeline: Path, ca
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart")]) != 0
     err = capsys.readouterr().err
     assert "hold_accuracy" in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1
+
+
+def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
+    """Without --metrics the warm start's and the training's summaries go to evaluate.out_dir of
+    the params given (``reports/`` with params.yaml), not to a fixed ``reports/``."""
+    params = write_tiny_params(tmp_path, train={"rounds": 1, "checkpoint_dir": str(tmp_path / "ckpt")})
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["warmstart", "--params", str(params)]) == 0
+    assert main(["train", "--params", str(params), "--no-resume"]) == 0
+    reports = tmp_path / "reports"
+    assert json.loads((reports / "warmstart.json").read_text())["demonstrations"] > 0
+    assert [r["round"] for r in json.loads((reports / "train_rounds.json").read_text())] == [1]
