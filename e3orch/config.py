@@ -431,12 +431,10 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
-    if params.rollout.alternative_slot != "random" and not params.rollout.slot_alternatives:
-        raise ConfigError(f"{source}: rollout.alternative_slot: needs rollout.slot_alternatives: true "
-                          "(it chooses which slot the alternatives change)")
-    if params.rollout.milestone_flips != "all" and not params.rollout.slot_alternatives:
-        raise ConfigError(f"{source}: rollout.milestone_flips: needs rollout.slot_alternatives: true "
-                          "(it chooses which parts a milestone's alternatives flip)")
+    for key, default, what in (("alternative_slot", "random", "which slot the alternatives change"),
+                               ("milestone_flips", "all", "which parts a milestone's alternatives flip")):
+        if getattr(params.rollout, key) != default and not params.rollout.slot_alternatives:
+            raise ConfigError(f"{source}: rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
     if params.rollout.lookahead and not params.rollout.spine:
         raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
                           "(it lets the spine's alternatives branch again)")

@@ -185,20 +185,15 @@ def test_impossible_combination_is_rejected_with_the_fix() -> None:
         EngineConfig(max_plan_subtasks=9, max_total_subtasks=8)
 
 
-def test_alternative_slot_needs_slot_alternatives() -> None:
-    msg = _error({"rollout": {"alternative_slot": "uncertain"}})
-    assert msg.endswith("rollout.alternative_slot: needs rollout.slot_alternatives: true "
-                        "(it chooses which slot the alternatives change)")
-    ok = {"rollout": {"alternative_slot": "uncertain", "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
-    assert parse_params(ok).rollout.alternative_slot == "uncertain"
-
-
-def test_milestone_flips_needs_slot_alternatives() -> None:
-    msg = _error({"rollout": {"milestone_flips": "results"}})
-    assert msg.endswith("rollout.milestone_flips: needs rollout.slot_alternatives: true "
-                        "(it chooses which parts a milestone's alternatives flip)")
-    ok = {"rollout": {"milestone_flips": "results", "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
-    assert parse_params(ok).rollout.milestone_flips == "results"
+@pytest.mark.parametrize("key, value, what", [
+    ("alternative_slot", "uncertain", "which slot the alternatives change"),
+    ("milestone_flips", "results", "which parts a milestone's alternatives flip"),
+])
+def test_alternative_options_need_slot_alternatives(key: str, value: str, what: str) -> None:
+    msg = _error({"rollout": {key: value}})
+    assert msg.endswith(f"rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
+    ok = {"rollout": {key: value, "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
+    assert getattr(parse_params(ok).rollout, key) == value
 
 
 def test_common_executor_noise_needs_shared_noise() -> None:

@@ -55,7 +55,7 @@ def validation_tasks(params: Params) -> list[Task]:
     return sim_tasks(params, "val") if params.train.validate_rounds and params.prepare.val_per_domain else []
 
 
-def report_path(params: Any, given: str | None, name: str) -> str:
+def report_path(params: Params, given: str | None, name: str) -> str:
     """A stage summary's path: the one given, else ``name`` in ``evaluate.out_dir`` (``reports/``
     with params.yaml), so that a run with other params does not overwrite the pipeline's."""
     return given or str(Path(params.evaluate.out_dir) / name)
