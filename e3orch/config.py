@@ -124,7 +124,7 @@ class PolicyConfig(_Section):
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: Literal["compact", "factored", "per_part", "full"] = Field(
-        "compact", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
+        "per_part", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
@@ -154,26 +154,26 @@ def lookahead_at(lookahead: int, lookahead_from: str, kind: str) -> int:
 class RolloutConfig(_Section):
     """Tree-structured rollouts: branch at milestone and plan decisions."""
 
-    tasks_per_round: int = Field(24, ge=1, description="train tasks per rollout round")
-    branch_milestone: int = Field(2, ge=1, description="children per milestone decision while branching")
-    branch_plan: int = Field(2, ge=1, description="children per plan decision while branching")
-    branch_start: int = Field(2, ge=0, description="first decision depth (0 = the first milestone) that may branch")
-    branch_stride: int = Field(3, ge=1, description="then every N-th decision: spread branching along the episode")
-    branch_depth: int = Field(12, ge=0, description="no branching at or beyond this depth")
-    leaf_budget: int = Field(8, ge=1, description="max leaves per task tree")
+    tasks_per_round: int = Field(96, ge=1, description="train tasks per rollout round")
+    branch_milestone: int = Field(8, ge=1, description="children per milestone decision while branching")
+    branch_plan: int = Field(8, ge=1, description="children per plan decision while branching")
+    branch_start: int = Field(1, ge=0, description="first decision depth (0 = the first milestone) that may branch")
+    branch_stride: int = Field(1, ge=1, description="then every N-th decision: spread branching along the episode")
+    branch_depth: int = Field(30, ge=0, description="no branching at or beyond this depth")
+    leaf_budget: int = Field(64, ge=1, description="max leaves per task tree")
     trunk: Literal["sample", "greedy"] = Field(
-        "sample", description="how a path's first child decodes: sampled like its siblings, or greedily as in evaluation")
+        "greedy", description="how a path's first child decodes: sampled like its siblings, or greedily as in evaluation")
     distinct_siblings: bool = Field(
         False, description="a branch keeps only distinct completions; when all repeat, the path does not branch there")
     shared_noise: bool = Field(
-        False, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
+        True, description="siblings execute with common random numbers: the k-th milestone of every path of a tree "
         "draws the same seed (the same subtask on the same executor gives the same result)")
     common_executor_noise: bool = Field(
-        False, description="with shared_noise: a subtask's noise does not depend on the executor it goes to, so "
+        True, description="with shared_noise: a subtask's noise does not depend on the executor it goes to, so "
         "paths that send the same part to different executors compare them on the same draw (a simulated executor "
         "succeeds wherever a weaker one at that skill does); rollouts only, evaluation keeps independent draws")
     slot_alternatives: bool = Field(
-        False, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
+        True, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
         "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
         "instead of more samples; per_part: at a milestone branch point, copies with one part's yes/no flipped")
     alternative_slot: Literal["random", "uncertain"] = Field(
@@ -181,11 +181,11 @@ class RolloutConfig(_Section):
         "uniformly, or drawn with weight 1 - p(the answer the policy gave there), so that the comparisons go where "
         "the policy is least sure (a milestone over seven parts mostly flips parts it is sure of otherwise)")
     milestone_flips: Literal["all", "results"] = Field(
-        "all", description="with slot_alternatives and policy.prompt per_part: which parts a milestone branch point "
+        "results", description="with slot_alternatives and policy.prompt per_part: which parts a milestone branch point "
         "may flip: any part asked about, or only parts that already have a result or a failed attempt (repair or "
         "move on); flipping an open part to no is almost always worse and teaches nothing the warm start lacks")
     spine: bool = Field(
-        False, description="only the path that took every branch point's first child branches again; the other "
+        True, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "
         "policy makes, each judged by its own greedy continuation)")
     lookahead: int = Field(
@@ -197,22 +197,22 @@ class RolloutConfig(_Section):
         "alternatives branch again at their plan, which comes before any new result), plan decisions are judged by "
         "their greedy continuation (the decisions after a plan see its results: their best is chosen in hindsight)")
     continuation: str = Field(
-        "policy", description="with spine: what judges a branch point's children. policy: each child's own greedy "
+        "heuristic", description="with spine: what judges a branch point's children. policy: each child's own greedy "
         "continuation by the policy; a hand-written orchestrator (heuristic, thrifty, ...): rollout.probes "
         "continuations of each child by that rule (a fast rollout policy, as in AlphaGo), so the policy generates "
         "only the spine and the children off it end at their probes")
     probes: int = Field(
-        4, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
+        8, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
         "noise and the same noise for every child of a branch point (common random numbers)")
     probe_routing: Literal["rule", "policy"] = Field(
-        "rule", description="with a hand-written continuation: who routes the probes' plans — the rule, or the policy "
+        "policy", description="with a hand-written continuation: who routes the probes' plans — the rule, or the policy "
         "as it decodes greedily (each distinct plan question generated once a round and cached, so probes follow the "
         "policy's current routing at a few generations' cost; milestones stay the rule's)")
     randomize_pool: bool = Field(True, description="random names/membership/prices per task")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
     as_is_share: float = Field(
-        0.0, ge=0, le=1, description="with randomize_pool: share of tasks that keep the training pool as it is; the "
+        0.5, ge=0, le=1, description="with randomize_pool: share of tasks that keep the training pool as it is; the "
         "rest get a random variant or (generated_pool_share of them) a generated pool")
     seed: int = 0
     out_dir: str = "data/rollouts"
@@ -242,7 +242,7 @@ class RewardsConfig(_Section):
     """Decision-level rewards and advantages."""
 
     w_performance: float = Field(1.0, ge=0)
-    w_cost: float = Field(0.01, ge=0, description="weight of the per-task normalised execution cost")
+    w_cost: float = Field(0.24, ge=0, description="weight of the per-task normalised execution cost")
     w_completeness: float = Field(0.2, ge=0)
     prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
     prior_beta: float = Field(1.0, gt=0)
@@ -251,15 +251,15 @@ class RewardsConfig(_Section):
         0.0, ge=0, description="pseudo-leaves at the cost scale (the task's mean cost, or cost_unit) in a decision's cost estimate; prior_alpha + "
         "prior_beta shrinks cost differences of decisions with few leaves as much as their performance differences")
     cost_unit: float = Field(
-        0.0, ge=0, description="0: a decision's cost is its leaves' mean cost over its task's mean leaf cost, so every "
+        3.0, ge=0, description="0: a decision's cost is its leaves' mean cost over its task's mean leaf cost, so every "
         "task's savings weigh alike; > 0: over this fixed amount, so a saving weighs by its size, as in the IE metric "
         "(total accuracy over total cost)")
     defect_penalty: float = Field(0.5, ge=0, le=1, description="completeness lost per defect")
-    estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("sibling", description="advantage estimator")
-    normalize_std: bool = Field(True, description="divide advantages by the std of the tree's leaf rewards")
+    estimator: Literal["sibling", "matched", "branch", "branch_first", "sibling_only", "tree_mean"] = Field("branch", description="advantage estimator")
+    normalize_std: bool = Field(False, description="divide advantages by the std of the tree's leaf rewards")
     positive_only: bool = Field(False, description="negative advantages become 0: the update only raises decisions that did better than their baseline")
     advantage_clip: float | None = Field(
-        None, gt=0, description="advantages are clipped to [-c, c]: a few alternatives far worse than the policy's choice "
+        0.1, gt=0, description="advantages are clipped to [-c, c]: a few alternatives far worse than the policy's choice "
         "(giving up on a task) no longer set the direction of the whole step, which small, consistent gains then share")
 
 
@@ -268,9 +268,12 @@ class WarmstartConfig(_Section):
 
     tasks: int = Field(1500, ge=1, description="train tasks whose teacher episodes become demonstrations")
     teachers: dict[str, float] = Field(
-        default_factory=lambda: {"heuristic": 0.85, "explore": 0.15},
+        default_factory=lambda: {"heuristic": 0.7, "explore": 0.3},
         description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled routing)",
     )
+    explore_accept: tuple[float, float] = Field(
+        (0.55, 0.7), description="explore's repair threshold: each result is repaired below a confidence drawn uniformly "
+        "in [low, high); low = high: the rules' fixed 0.6")
     epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
@@ -299,6 +302,9 @@ class WarmstartConfig(_Section):
             raise ValueError(f"teachers: negative weight for {', '.join(negative)}")
         if not any(w > 0 for w in self.teachers.values()):
             raise ValueError("teachers: at least one teacher needs a positive weight")
+        low, high = self.explore_accept
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"explore_accept: need 0 <= low <= high <= 1, got [{low}, {high}]")
         return self
 
 
@@ -306,15 +312,15 @@ class TrainConfig(_Section):
     """RL rounds: tree rollout → scoring → clipped policy-gradient update."""
 
     rounds: int = Field(6, ge=0)
-    lr: float = Field(2e-5, gt=0)
+    lr: float = Field(3e-4, gt=0)
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
     clip_eps_high: float | None = Field(
-        None, gt=0, description="upper clip range (DAPO's clip-higher): a token's ratio may rise to 1 + clip_eps_high "
+        3.0, gt=0, description="upper clip range (DAPO's clip-higher): a token's ratio may rise to 1 + clip_eps_high "
                                 "in a round; None: clip_eps. A rare action (a scored slot alternative at probability "
                                 "1e-4) rises at most 1 + clip_eps per round under symmetric clipping")
     kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator, capped at 10 per token)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
-    ppo_epochs: int = Field(1, ge=1, description="passes over each round's decisions")
+    ppo_epochs: int = Field(2, ge=1, description="passes over each round's decisions")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")
     tokens_per_microbatch: int = Field(
         8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")
@@ -336,7 +342,7 @@ class TrainConfig(_Section):
                     "random pool, drawn as rollouts draw them with rollout.randomize_pool (randomized); select: efficient "
                     "must hold on each")
     select: Literal["last", "best", "efficient"] = Field(
-        "best", description="the policy written: the last round's; the one most accurate on the validation split (best); "
+        "last", description="the policy written: the last round's; the one most accurate on the validation split (best); "
                             "or the one with the highest validation accuracy/cost among those at most select_tolerance "
                             "less accurate than the warm start (efficient)")
     select_tolerance: float = Field(

@@ -28,12 +28,59 @@ if str(REPO) not in sys.path:  # `flows/` is a folder at the repository root, no
     sys.path.insert(0, str(REPO))
 
 
+# configs/params-compact.yaml's tree shape: sampled trees with sibling branching every third decision
+SAMPLED_TREES: dict[str, Any] = {
+    "branch_milestone": 2, "branch_plan": 2, "branch_start": 2, "branch_stride": 3, "branch_depth": 12, "trunk": "sample",
+    "slot_alternatives": False, "milestone_flips": "all", "spine": False, "continuation": "policy", "probes": 4,
+    "probe_routing": "rule", "shared_noise": False, "common_executor_noise": False, "as_is_share": 0.0,
+}
+
+
+SIBLING_REWARDS: dict[str, Any] = {"w_cost": 0.01, "cost_unit": 0.0, "estimator": "sibling", "normalize_std": True,
+                                    "advantage_clip": None}
+
+
+def sampled_rollout(**values: Any) -> Any:
+    """A RolloutConfig from configs/params-compact.yaml's sampled trees (24 tasks, 8 leaves) and ``values``:
+    the unit tests of tree shapes state what they change from that, not from params.yaml's probes."""
+    from e3orch.config import RolloutConfig
+
+    return RolloutConfig(**{**SAMPLED_TREES, "tasks_per_round": 24, "leaf_budget": 8, **values})
+
+
+def sibling_rewards(**values: Any) -> Any:
+    """A RewardsConfig from configs/params-compact.yaml's sibling credit and ``values``."""
+    from e3orch.config import RewardsConfig
+
+    return RewardsConfig(**{**SIBLING_REWARDS, **values})
+
+
+def default_rl_sections(root: str | Path) -> dict[str, dict[str, Any]]:
+    """Sections for :func:`write_tiny_params` that put back params.yaml's own prompt, warm-start
+    teachers, tree shape, rewards and update knobs on the tiny sizes (fewer probes and leaves)."""
+    from e3orch.config import Params
+
+    p = Params()
+    keep = {"tasks_per_round": 2, "leaf_budget": 8, "probes": 2, "generated_pool_share": 0.5,
+            "out_dir": str(Path(root).resolve() / "data/rollouts")}
+    return {
+        "policy": {"prompt": p.policy.prompt},
+        "warmstart": {"explore_accept": list(p.warmstart.explore_accept)},
+        "rollout": {**{k: getattr(p.rollout, k) for k in SAMPLED_TREES}, "branch_milestone": 4, "branch_plan": 4, **keep},
+        "rewards": {k: getattr(p.rewards, k) for k in ("cost_unit", "estimator", "normalize_std", "advantage_clip")},
+        "train": {"clip_eps_high": p.train.clip_eps_high, "ppo_epochs": p.train.ppo_epochs},
+    }
+
+
 def tiny_params(root: str | Path) -> dict[str, Any]:
     """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing.
 
     Besides its sizes it fixes knobs the tests rely on (a teacher mix with every kind of teacher,
-    a learning rate at which two rounds visibly move the weights, no validation split), so that
-    retuning params.yaml, whose values are the code's defaults, does not change what they test."""
+    a learning rate at which two rounds visibly move the weights, no validation split, and the
+    sampled trees judged by sibling leaves on the compact prompt that most tests exercise — as
+    configs/params-compact.yaml), so that retuning params.yaml, whose values are the code's
+    defaults, does not change what they test. ``default_rl_sections`` gives params.yaml's own
+    prompt, rollout, reward and update knobs instead."""
     d = Path(root).resolve()
     return {
         "prepare": {"seed": 0, "train_per_domain": 3, "eval_per_domain": 2, "val_per_domain": 0, "domains": ["math", "table"],
@@ -43,18 +90,19 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
                      "transfer_executors": str(REPO / "configs/executors/transfer.yaml"),
                      "out_dir": str(d / "reports")},
         "policy": {"init_dir": str(d / "models/init"), "threads": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
-                   "temperature": 1.0,
+                   "temperature": 1.0, "prompt": "compact",
                    "model": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                              "intermediate_size": 64}},
         "warmstart": {"tasks": 6, "epochs": 0.3, "tokens_per_batch": 2048, "dagger_rounds": 1, "dagger_tasks": 3,
                       "teachers": {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1, "random": 0.05,
                                    "single": 0.05},
-                      "generated_pool_share": 0.5,
+                      "generated_pool_share": 0.5, "explore_accept": [0.6, 0.6],
                       "out_dir": str(d / "models/warmstart")},
-        "rollout": {"tasks_per_round": 2, "leaf_budget": 4, "generated_pool_share": 0.5,
+        "rollout": {"tasks_per_round": 2, "leaf_budget": 4, "generated_pool_share": 0.5, **SAMPLED_TREES,
                     "out_dir": str(d / "data/rollouts")},
-        "rewards": {"w_cost": 0.3},
+        "rewards": {"w_cost": 0.3, "cost_unit": 0.0, "estimator": "sibling", "normalize_std": True, "advantage_clip": None},
         "train": {"rounds": 2, "minibatches": 1, "lr": 5e-4, "validate_rounds": False, "select": "last",
+                  "clip_eps_high": None, "ppo_epochs": 1,
                   "out_dir": str(d / "models/policy"),
                   "checkpoint_dir": str(d / "models/checkpoints")},
     }

@@ -100,19 +100,32 @@ def test_an_error_from_a_base_names_the_file_it_is_in(tmp_path: Path) -> None:
         assert str(info.value).startswith(f"{tmp_path / 'own.yaml'}: ") and "a base of" not in str(info.value)
 
 
-def test_the_spine_config_is_params_yaml_with_its_own_keys() -> None:
-    """configs/params-spine.yaml states only what differs; the rest is params.yaml's."""
-    spine, default = load_params(REPO / "configs/params-spine.yaml"), load_params(REPO / "params.yaml")
+def test_the_compact_config_is_the_sampled_tree_pipeline() -> None:
+    """configs/params-compact.yaml puts back the compact prompt, sampled trees judged by sibling
+    leaves and the rules' fixed repair threshold; the rest (sizes, evaluation) is params.yaml's."""
+    compact, default = load_params(REPO / "configs/params-compact.yaml"), load_params(REPO / "params.yaml")
+    assert compact.policy.prompt == "compact" and default.policy.prompt == "per_part"
+    assert (compact.rollout.trunk, compact.rollout.spine, compact.rollout.continuation) == ("sample", False, "policy")
+    assert (compact.rewards.estimator, compact.rewards.w_cost, compact.train.lr) == ("sibling", 0.01, 2e-5)
+    assert compact.warmstart.explore_accept == (0.6, 0.6) and default.warmstart.explore_accept == (0.55, 0.7)
+    assert compact.engine == default.engine and compact.evaluate == default.evaluate and compact.prepare == default.prepare
+    assert compact.policy.model == default.policy.model and compact.train.rounds == default.train.rounds
+
+
+def test_the_spine_config_is_params_compact_with_its_own_keys() -> None:
+    """configs/params-spine.yaml states only what differs; the rest is params-compact.yaml's."""
+    spine, default = load_params(REPO / "configs/params-spine.yaml"), load_params(REPO / "configs/params-compact.yaml")
     assert spine.policy.prompt == "per_part" and spine.rollout.spine and spine.rollout.common_executor_noise
     assert (spine.rewards.w_cost, spine.train.w_cost_up, spine.train.hold_accuracy) == (0.02, 1.0, 0.01)
     assert spine.engine == default.engine and spine.warmstart == default.warmstart
     assert spine.evaluate == default.evaluate and spine.prepare == default.prepare
 
 
-def test_the_probes_configs_chain_onto_params_yaml() -> None:
+def test_the_probes_configs_chain_onto_params_compact() -> None:
     """configs/params-probes-phase2.yaml is params-probes.yaml with milestone flips and its own
-    output folders (its init is the first phase's policy); both keep params.yaml's evaluation."""
-    default = load_params(REPO / "params.yaml")
+    output folders (its init is the first phase's policy); both keep params-compact.yaml's
+    warm start and evaluation."""
+    default = load_params(REPO / "configs/params-compact.yaml")
     probes = load_params(REPO / "configs/params-probes.yaml")
     phase2 = load_params(REPO / "configs/params-probes-phase2.yaml")
     assert (probes.rollout.continuation, probes.rollout.probe_routing, probes.rollout.branch_milestone) == ("heuristic", "policy", 1)
@@ -161,11 +174,12 @@ def _error(data: dict[str, Any]) -> str:
         ({"evaluate": {"baselines": ["heuristic", "heuristc"]}}, "evaluate.baselines", "'heuristc'"),
         ({"warmstart": {"teachers": {"heuristic": 1.0, "explore": -0.5}}}, "warmstart.teachers", "negative weight for explore"),
         ({"policy": {"dtype": "float64x"}}, "policy.dtype", "'float64x'"),
+        ({"warmstart": {"explore_accept": [0.7, 0.5]}}, "warmstart.explore_accept", "need 0 <= low <= high <= 1"),
         ({"rollout": {"continuation": "heurstic", "spine": True}}, "rollout.continuation", "'heurstic'"),
-        ({"rollout": {"continuation": "heuristic"}}, "rollout.continuation", "needs rollout.spine"),
-        ({"rollout": {"continuation": "heuristic", "spine": True}}, "rollout.continuation", "needs rollout.shared_noise"),
-        ({"rollout": {"continuation": "heuristic", "spine": True, "shared_noise": True}}, "rollout.continuation",
-         "rewards.estimator: branch"),
+        ({"rollout": {"spine": False}}, "rollout.continuation", "needs rollout.spine"),
+        ({"rollout": {"shared_noise": False, "common_executor_noise": False}}, "rollout.continuation",
+         "needs rollout.shared_noise"),
+        ({"rewards": {"estimator": "sibling"}}, "rollout.continuation", "rewards.estimator: branch"),
         ({"rollout": {"continuation": "heuristic", "spine": True, "shared_noise": True, "lookahead": 1},
           "rewards": {"estimator": "branch"}}, "rollout.lookahead", "must be 0"),
         ({"rollout": {"probes": 0}}, "rollout.probes", "greater than or equal to 1"),
@@ -190,22 +204,22 @@ def test_impossible_combination_is_rejected_with_the_fix() -> None:
     ("milestone_flips", "results", "which parts a milestone's alternatives flip"),
 ])
 def test_alternative_options_need_slot_alternatives(key: str, value: str, what: str) -> None:
-    msg = _error({"rollout": {key: value}})
+    msg = _error({"rollout": {key: value, "slot_alternatives": False}})
     assert msg.endswith(f"rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
     ok = {"rollout": {key: value, "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
     assert getattr(parse_params(ok).rollout, key) == value
 
 
 def test_common_executor_noise_needs_shared_noise() -> None:
-    msg = _error({"rollout": {"common_executor_noise": True}})
+    msg = _error({"rollout": {"common_executor_noise": True, "shared_noise": False, "continuation": "policy"}})
     assert msg.endswith("rollout.common_executor_noise: needs rollout.shared_noise: true "
                         "(without it siblings draw their own noise)")
-    ok = {"rollout": {"common_executor_noise": True, "shared_noise": True}}
+    ok = {"rollout": {"common_executor_noise": True, "shared_noise": True, "continuation": "policy"}}
     assert parse_params(ok).rollout.common_executor_noise
 
 
 def test_slot_alternatives_need_the_factored_prompt() -> None:
-    msg = _error({"rollout": {"slot_alternatives": True}})
+    msg = _error({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "compact"}})
     assert "rollout.slot_alternatives" in msg and "policy.prompt: factored" in msg and "'compact'" in msg
     assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "factored"}}).rollout.slot_alternatives
     assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "per_part"}}).rollout.slot_alternatives

@@ -161,11 +161,27 @@ class ExploreOrchestrator(RuleOrchestrator):
     least fair, good or strong at the skill (what menu ranks ``#1`` … ``#3`` name): the
     diverse-but-sensible teacher that gives a warm-started policy probability mass on
     alternatives RL can then compare. A dearer card of a level a cheaper one also claims is never
-    drawn: no need picks it."""
+    drawn: no need picks it.
+
+    With ``accept=(low, high)``, ``low < high``, it also draws, for each result, the confidence
+    below which it is repaired (uniform in [low, high), the same for the same result in every
+    state of the episode): the repair-or-move-on choice gets probability mass too."""
+
+    def __init__(self, name: str, only: str | None = None, seed: int = 0,
+                 accept: tuple[float, float] | None = None) -> None:
+        super().__init__(name, only, seed)
+        self.accept = accept
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
         return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
+
+    def accepted(self, st: PartStatus) -> bool:
+        if self.accept is None or self.accept[0] >= self.accept[1] or st.value is None:
+            return super().accepted(st)
+        low, high = self.accept
+        u = random.Random(stable_seed(self.seed, "accept", st.value, st.attempts)).random()
+        return st.confidence >= low + (high - low) * u
 
 
 class ThriftyOrchestrator(RuleOrchestrator):
@@ -217,8 +233,10 @@ class RandomOrchestrator(RuleOrchestrator):
         return random.Random(stable_seed(self.seed, part.id, part.text)).choice(router.cards).name
 
 
-def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orchestrator:
-    """``heuristic`` | ``thrifty`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``."""
+def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,
+                     explore_accept: tuple[float, float] | None = None) -> Orchestrator:
+    """``heuristic`` | ``thrifty`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``
+    (and the warm-start teacher ``explore``, whose repair threshold ``explore_accept`` may draw)."""
     if name.startswith("single:"):
         executor = name.split(":", 1)[1]
         if executor not in pool_names:
@@ -231,4 +249,6 @@ def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0) -> Orc
             f"unknown orchestrator {name!r}; use one of {', '.join(HANDWRITTEN)}, single:<executor>, "
             "or a policy checkpoint directory"
         )
+    if name == "explore":
+        return ExploreOrchestrator(name, seed=seed, accept=explore_accept)
     return classes[name](name, seed=seed)

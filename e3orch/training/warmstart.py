@@ -68,7 +68,8 @@ def warmstart(
     rng = random.Random(stable_seed("warmstart", cfg.seed))
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
-                                             style=params.policy.prompt, generated_share=cfg.generated_pool_share)
+                                             style=params.policy.prompt, generated_share=cfg.generated_pool_share,
+                                             explore_accept=cfg.explore_accept)
     tokenizer = load_tokenizer(str(init))
     examples = []
     budget = params.policy.max_prompt_tokens
@@ -162,7 +163,8 @@ def correct(
         mine = tasks[accelerator.process_index::accelerator.num_processes]
         labels, episodes, agreed = collect_corrections(mine, specs, params.engine, actor, seed=cfg.seed + r,
                                                        mix=cfg.teachers, style=pc.prompt,
-                                                       generated_share=cfg.generated_pool_share)
+                                                       generated_share=cfg.generated_pool_share,
+                                                       explore_accept=cfg.explore_accept)
         new = encode(labels)
         runs = [(e.correct, e.cost) for e in episodes]
         counts = [len(labels), agreed]

@@ -220,3 +220,26 @@ def test_unknown_orchestrator_names_are_value_errors(pool: Pool) -> None:
     assert make_handwritten("single:mid-llm", pool.names).name == "single:mid-llm"
     for name in HANDWRITTEN:
         assert make_handwritten(name, pool.names).name == name
+
+
+def test_explore_draws_its_repair_threshold_per_result_within_the_range() -> None:
+    from e3orch.orchestration.handwritten import ExploreOrchestrator
+    from e3orch.orchestration.reading import PartStatus
+
+    fixed = make_handwritten("explore", ["a"], seed=0)
+    drawn = make_handwritten("explore", ["a"], seed=0, explore_accept=(0.5, 0.75))
+    assert isinstance(drawn, ExploreOrchestrator)
+    values = [f"v{i}" for i in range(400)]
+    # without a range (or low == high): heuristic's 0.6
+    assert [fixed.accepted(PartStatus(1, v, 0.59)) for v in values[:5]] == [False] * 5
+    assert [fixed.accepted(PartStatus(1, v, 0.6)) for v in values[:5]] == [True] * 5
+    same = make_handwritten("explore", ["a"], explore_accept=(0.6, 0.6))
+    assert not same.accepted(PartStatus(1, "x", 0.59)) and same.accepted(PartStatus(1, "x", 0.6))
+    # with one: always below low, never at or above high, in between a share (high - c) / (high - low)
+    assert not any(drawn.accepted(PartStatus(1, v, 0.49)) for v in values)
+    assert all(drawn.accepted(PartStatus(1, v, 0.75)) for v in values)
+    share = sum(not drawn.accepted(PartStatus(1, v, 0.625)) for v in values) / len(values)
+    assert 0.4 < share < 0.6
+    # a result without a value is never accepted; one result gets the same draw in every state
+    assert not drawn.accepted(PartStatus(0, None, 0.9))
+    assert [drawn.accepted(PartStatus(1, "v7", 0.625)) for _ in range(3)] in ([True] * 3, [False] * 3)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import polars as pl
 import pytest
 import torch
-from conftest import write_tiny_params
+from conftest import default_rl_sections, write_tiny_params
 
 from e3orch.cli import main
 from e3orch.executors.base import load_pool_specs
@@ -227,3 +228,23 @@ def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     assert json.loads((reports / "warmstart.json").read_text())["demonstrations"] > 0
     assert [r["round"] for r in json.loads((reports / "train_rounds.json").read_text())] == [1]
+
+
+def test_the_default_rl_setting_end_to_end(tmp_path: Path) -> None:
+    """params.yaml's own setting (per_part prompts, explore drawing its repair threshold, the greedy
+    spine's alternatives judged by probes, milestone flips of result parts only) on the tiny sizes:
+    the warm start is taught part-by-part answers, and an RL round compares alternatives."""
+    sections = default_rl_sections(tmp_path)
+    sections["train"].update(rounds=1, checkpoint_dir=str(tmp_path / "ckpt"))
+    params = write_tiny_params(tmp_path, **sections)
+    assert main(["prepare", "--params", str(params)]) == 0
+    assert main(["warmstart", "--params", str(params)]) == 0
+    assert main(["train", "--params", str(params), "--no-resume"]) == 0
+    reports = tmp_path / "reports"
+    info = json.loads((reports / "warmstart.json").read_text())
+    assert info["demonstrations"] > 0 and info["corrections"][0]["decisions"] > 0
+    (r,) = json.loads((reports / "train_rounds.json").read_text())
+    # every child of the spine ends at its probes: more leaves than one per decision, and decisions were compared
+    assert r["n_decisions"] > 0 and r["n_leaves"] > 0 and r["n_tasks"] == 2
+    assert math.isfinite(r["kl"]) and r["update_tokens"] > 0
+    assert (tmp_path / "models/policy/config.json").exists()

@@ -8,6 +8,7 @@ from typing import get_args
 
 import polars as pl
 import pytest
+from conftest import sibling_rewards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,7 +137,7 @@ def test_score_nodes_on_a_hand_built_tree() -> None:
              _node("p2", "m", "plan", ["B"], 2, defects=["dangling_dep"], cost=3.0)]
     leaves = [Leaf("A", "t", "task", "sim/math", ["m", "p1"], True, 1.0, 1.0, 1.0, 1, "", "x"),
               Leaf("B", "t", "task", "sim/math", ["m", "p2"], False, 0.0, 3.0, 1.0, 1, "", "y")]
-    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+    cfg = sibling_rewards(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
                         defect_penalty=0.5, normalize_std=False)
     out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
     rows = {r["node_id"]: r for r in out.iter_rows(named=True)}
@@ -182,7 +183,7 @@ def test_a_leaf_without_an_answer_costs_completeness_and_no_answer_is_not_a_defe
              _node("p2", "m", "plan", ["B"], 2, defects=["no_answer"], cost=3.0)]
     leaves = [Leaf("A", "t", "task", "sim/math", ["m", "p1"], True, 1.0, 1.0, 1.0, 1, "", "x"),
               Leaf("B", "t", "task", "sim/math", ["m", "p2"], False, 0.0, 3.0, 1.0, 1, "milestone_budget", "")]
-    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+    cfg = sibling_rewards(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
                         defect_penalty=0.5, normalize_std=False, estimator=estimator)
     rows = {r["node_id"]: r for r in score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg).iter_rows(named=True)}
     assert rows["p2"]["completeness"] == pytest.approx(0.5)   # no defect counted (1.0), no answer (0.0): half each
@@ -205,7 +206,7 @@ def test_cost_unit_weighs_every_task_by_the_same_fixed_amount() -> None:
             n.tree_id = t
         return nodes, leaves
     (n1, l1), (n2, l2) = tree("cheap", 1.0), tree("dear", 10.0)
-    base = RewardsConfig(w_cost=0.5, kappa=0.0, normalize_std=False)
+    base = sibling_rewards(w_cost=0.5, kappa=0.0, normalize_std=False)
 
     def adv(cfg: RewardsConfig) -> dict[str, float]:
         out = score_nodes(nodes_frame(n1 + n2), leaves_frame(l1 + l2), cfg)
@@ -228,7 +229,7 @@ def _two_leaf_tree(correct_b: bool, cost_b: float, defect_p2: bool) -> tuple[lis
 
 
 def _scored(nodes: list[DecisionNode], leaves: list[Leaf], estimator: str, **kw: float) -> dict[str, float]:
-    cfg = RewardsConfig(w_performance=1.0, w_cost=kw.get("w_cost", 0.3), w_completeness=0.2, prior_alpha=1, prior_beta=1,
+    cfg = sibling_rewards(w_performance=1.0, w_cost=kw.get("w_cost", 0.3), w_completeness=0.2, prior_alpha=1, prior_beta=1,
                         kappa=kw.get("kappa", 0.0), defect_penalty=0.5, estimator=estimator, normalize_std=False)
     out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
     return {r["node_id"]: r["advantage"] for r in out.iter_rows(named=True)}
@@ -351,7 +352,7 @@ def _lookahead_tree(ok: dict[str, bool], cost: dict[str, float], kind: str = "pl
 
 
 def test_lookahead_judges_each_decision_by_its_best_next_branch() -> None:
-    cfg = RewardsConfig(w_cost=0.3, kappa=0.0, estimator="branch", normalize_std=False, cost_unit=1.0)
+    cfg = sibling_rewards(w_cost=0.3, kappa=0.0, estimator="branch", normalize_std=False, cost_unit=1.0)
     r_ok, r_bad = 2 / 3 + 0.2, 1 / 3 + 0.2  # Beta(2,1) / Beta(1,2) on one leaf, full completeness; minus 0.3 x cost
 
     def adv(ok: str, cost: dict[str, float], look: int, kind: str = "plan", only: str = "any") -> dict[str, float]:
@@ -404,7 +405,7 @@ def test_branch_needs_a_leaf_that_follows_first_children() -> None:
 def test_branch_with_normalize_std_scales_by_the_continuations_spread() -> None:
     # leaves A (greedy, right), B (the alternative below p0, wrong), C (the alternative plan, right)
     nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
-    cfg = RewardsConfig(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+    cfg = sibling_rewards(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
                         defect_penalty=0.5, estimator="branch", normalize_std=True)
     out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
     adv = dict(zip(out["node_id"], out["advantage"]))

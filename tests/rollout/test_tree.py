@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import polars as pl
 import pytest
-from conftest import REPO
+from conftest import REPO, sampled_rollout
 
-from e3orch.config import EngineConfig, RolloutConfig
+from e3orch.config import EngineConfig
 from e3orch.data.sim import generate_split
 from e3orch.executors.base import load_pool_specs
 from e3orch.executors.simulated import SimulatedExecutor
@@ -56,7 +56,7 @@ class PromptRulePolicy(PolicyBackend):
 def _run(seed: int, counter: list[int] | None = None, **options):  # type: ignore[no-untyped-def]
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("multihop", "factcheck")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(**{"branch_milestone": 2, "branch_plan": 2, "branch_start": 1, "branch_stride": 2,
+    cfg = sampled_rollout(**{"branch_milestone": 2, "branch_plan": 2, "branch_start": 1, "branch_stride": 2,
                            "branch_depth": 8, "leaf_budget": 6, "randomize_pool": True, **options})
     if counter is not None:
         original = SimulatedExecutor.simulate
@@ -162,7 +162,8 @@ def test_spine_branches_only_along_the_first_children() -> None:
 
 @pytest.mark.parametrize("lookahead", [1, 2])
 def test_lookahead_lets_each_alternative_branch_at_its_next_branch_points(lookahead: int) -> None:
-    from e3orch.config import RewardsConfig
+    from conftest import sibling_rewards
+
     from e3orch.rewards.score import score_nodes
 
     res = _run(5, trunk="greedy", branch_stride=1, branch_depth=30, leaf_budget=200, spine=True, lookahead=lookahead)
@@ -177,7 +178,7 @@ def test_lookahead_lets_each_alternative_branch_at_its_next_branch_points(lookah
             most = max(most, below)
     assert most == lookahead  # with room in the budget, some alternative used all of them
     # every decision has a greedy continuation, and the scores take the best through the branches
-    cfg = RewardsConfig(estimator="branch", normalize_std=False)
+    cfg = sibling_rewards(estimator="branch", normalize_std=False)
     greedy = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), cfg)["advantage"]
     best = score_nodes(nodes_frame(res.nodes), leaves_frame(res.leaves), cfg, lookahead=lookahead)["advantage"]
     assert greedy.len() == best.len() == len(res.nodes) and (greedy != best).any()
@@ -186,11 +187,14 @@ def test_lookahead_lets_each_alternative_branch_at_its_next_branch_points(lookah
 def test_lookahead_needs_the_spine() -> None:
     from e3orch.config import ConfigError, parse_params
 
+    own = {"continuation": "policy", "lookahead": 1}  # a policy continuation: a hand-written one never branches again
     with pytest.raises(ConfigError, match="rollout.lookahead: needs rollout.spine"):
+        parse_params({"rollout": {**own, "spine": False}})
+    with pytest.raises(ConfigError, match="rollout.lookahead: must be 0 with a hand-written rollout.continuation"):
         parse_params({"rollout": {"lookahead": 1}})
     with pytest.raises(ConfigError, match="rollout.lookahead: needs rewards.estimator: branch or branch_first"):
-        parse_params({"rollout": {"lookahead": 1, "spine": True}})
-    assert parse_params({"rollout": {"lookahead": 1, "spine": True}, "rewards": {"estimator": "branch"}}).rollout.lookahead == 1
+        parse_params({"rollout": own, "rewards": {"estimator": "sibling"}})
+    assert parse_params({"rollout": own}).rollout.lookahead == 1
 
 
 def _on_spine(by_id, n) -> bool:  # type: ignore[no-untyped-def]
@@ -237,7 +241,7 @@ def test_same_seed_same_tree_and_records_validate() -> None:
 def test_as_is_share_keeps_that_share_of_tasks_on_the_training_pool(share: float) -> None:
     tasks = generate_split(0, "train", 16, domains=("multihop",))
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=1, branch_plan=1, leaf_budget=1, randomize_pool=True, as_is_share=share,
+    cfg = sampled_rollout(branch_milestone=1, branch_plan=1, leaf_budget=1, randomize_pool=True, as_is_share=share,
                         generated_pool_share=0.5)
     res = TreeRollout(PromptRulePolicy(), EngineConfig(), cfg).run(tasks, specs, seed=2)
     training = [s.name for s in specs]
@@ -279,7 +283,7 @@ class FactoredRulePolicy(PromptRulePolicy):
 def test_factored_style_asks_a_plan_slot_by_slot_and_records_every_slot() -> None:
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_plan=2, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=6, randomize_pool=True)
+    cfg = sampled_rollout(branch_plan=2, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=6, randomize_pool=True)
     res = TreeRollout(FactoredRulePolicy(), EngineConfig(), cfg, prompt_style="factored").run(tasks, specs, seed=3)
     plans = [n for n in res.nodes if n.kind == "plan"]
     assert any(len(n.sub_prompts) >= 3 for n in plans) and any(n.n_siblings > 1 for n in plans)
@@ -309,7 +313,7 @@ def test_slot_alternatives_send_one_slot_to_each_other_menu_executor() -> None:
     first, and only when it has fewer than the branch point wants, other slots' (one change each)."""
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_plan=3, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=9,
+    cfg = sampled_rollout(branch_plan=3, branch_start=1, branch_stride=2, branch_depth=8, leaf_budget=9,
                         randomize_pool=True, slot_alternatives=True)
     res = TreeRollout(ScoringFactoredPolicy(), EngineConfig(), cfg, prompt_style="factored").run(tasks, specs, seed=5)
     groups: dict[str, list] = {}
@@ -378,7 +382,7 @@ def test_per_part_milestones_ask_each_part_and_alternatives_flip_one() -> None:
 
     tasks = [t for t in generate_split(0, "train", 2) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=1, branch_depth=8,
+    cfg = sampled_rollout(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=1, branch_depth=8,
                         leaf_budget=9, randomize_pool=True, slot_alternatives=True)
     res = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(
         tasks, specs, seed=7)
@@ -425,7 +429,7 @@ def _per_part_spine(policy: PolicyBackend, **options):  # type: ignore[no-untype
     tasks = [t for t in generate_split(0, "train", 3) if t.domain in ("factcheck", "research")]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
     options = {"branch_milestone": 2, **options}
-    cfg = RolloutConfig(branch_stride=1, branch_depth=30, randomize_pool=False,
+    cfg = sampled_rollout(branch_stride=1, branch_depth=30, randomize_pool=False,
                         slot_alternatives=True, spine=True, trunk="greedy", **options)
     return TreeRollout(policy, EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part").run(tasks, specs, seed=3)
 
@@ -560,7 +564,7 @@ def test_branching_follows_start_stride_depth_and_budget(depth: int, paths: int,
                                                          children: int) -> None:
     from e3orch.rollout.tree import _Path, _Tree
 
-    cfg = RolloutConfig(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=2, branch_depth=6,
+    cfg = sampled_rollout(branch_milestone=3, branch_plan=2, branch_start=1, branch_stride=2, branch_depth=6,
                         leaf_budget=4, spine=not spine)  # rollout.spine on for the rows of paths off the spine
     tree = _Tree("t", generate_split(0, "train", 1)[0], [], paths=paths)
     path = _Path(None, None, tree, node_path=["x"] * depth, spine=spine, look=look)  # type: ignore[arg-type]
@@ -608,7 +612,7 @@ def test_the_probes_of_a_branch_points_children_share_their_noise() -> None:
 
     tasks = [t for t in generate_split(0, "train", 6) if t.domain == "research"]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    cfg = RolloutConfig(spine=True, shared_noise=True, common_executor_noise=True, continuation="heuristic", probes=6)
+    cfg = sampled_rollout(spine=True, shared_noise=True, common_executor_noise=True, continuation="heuristic", probes=6)
     roll = TreeRollout(PerPartRulePolicy(), EngineConfig(max_part_attempts=3), cfg, prompt_style="per_part")
     pool = build_pool(specs)
     outcomes = []
@@ -655,7 +659,7 @@ def test_probes_routed_by_the_policy_ask_each_question_once_and_route_as_it_does
     task = next(t for t in generate_split(0, "train", 3) if t.domain == "research")
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
     policy = CountingPerPartPolicy()
-    roll = TreeRollout(policy, EngineConfig(max_part_attempts=3), RolloutConfig(), prompt_style="per_part")
+    roll = TreeRollout(policy, EngineConfig(max_part_attempts=3), sampled_rollout(), prompt_style="per_part")
     plans = _PolicyPlans(roll)
     st = EpisodeState.start(task, build_pool(specs), EngineConfig(max_part_attempts=3))
     rule = make_handwritten("heuristic", [s.name for s in specs])
