@@ -242,7 +242,7 @@ class RewardsConfig(_Section):
     """Decision-level rewards and advantages."""
 
     w_performance: float = Field(1.0, ge=0)
-    w_cost: float = Field(0.24, ge=0, description="weight of the per-task normalised execution cost")
+    w_cost: float = Field(0.24, ge=0, description="weight of the execution cost (over cost_unit, or at 0 over the task's mean leaf cost)")
     w_completeness: float = Field(0.2, ge=0)
     prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
     prior_beta: float = Field(1.0, gt=0)
@@ -269,7 +269,8 @@ class WarmstartConfig(_Section):
     tasks: int = Field(1500, ge=1, description="train tasks whose teacher episodes become demonstrations")
     teachers: dict[str, float] = Field(
         default_factory=lambda: {"heuristic": 0.7, "explore": 0.3},
-        description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled routing)",
+        description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled needs "
+        "and, with explore_accept, a drawn repair threshold)",
     )
     explore_accept: tuple[float, float] = Field(
         (0.55, 0.7), description="explore's repair threshold: each result is repaired below a confidence drawn uniformly "

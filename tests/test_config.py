@@ -253,3 +253,10 @@ def test_params_yaml_states_the_defaults() -> None:
     """Every value in the repository's params.yaml is the code's default: a key left out of a
     params file means what params.yaml documents, not some other value."""
     assert load_params(REPO / "params.yaml") == Params()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("params-*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_params_file_loads(path: Path) -> None:
+    """A change of params.yaml's values cannot leave a shipped config contradicting itself."""
+    p = load_params(path)
+    assert p.policy.prompt in ("compact", "per_part")
