@@ -2,7 +2,8 @@
 
 * Per-phase seconds of one real round (generate, execute, score, update, sync) and its
   ``completion_tokens_per_s`` (completion tokens generated ÷ the whole round's time).
-* ``update_tokens_per_s``: the trainer's update (one optimizer step over 32 decisions) and
+* ``update_tokens_per_s``: the trainer's update (one optimizer step over 32 decisions: one
+  minibatch, one epoch, whatever ``train.minibatches`` and ``train.ppo_epochs`` say) and
   ``reference_tokens_per_s``: the minimal clipped-PG loop below — policy forward, frozen
   reference forward, backward, AdamW — on the same model weights and the same batch, measured
   in the same run. ``update_over_reference`` is their ratio.
@@ -63,7 +64,8 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         policy, source = _policy_dir(base, tmp)
         params = base.model_copy(update={
             "rollout": base.rollout.model_copy(update={"tasks_per_round": 4 if quick else 8}),
-            "train": base.train.model_copy(update={"minibatches": 1, "checkpoint_dir": f"{tmp}/ckpt", "kl_coef": 0.02}),
+            "train": base.train.model_copy(update={"minibatches": 1, "ppo_epochs": 1, "checkpoint_dir": f"{tmp}/ckpt",
+                                                  "kl_coef": 0.02}),
         })
         trainer = RLTrainer(params, policy)
         specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
