@@ -274,7 +274,7 @@ class WarmstartConfig(_Section):
     )
     explore_accept: tuple[float, float] = Field(
         (0.55, 0.7), description="explore's repair threshold: each result is repaired below a confidence drawn uniformly "
-        "in [low, high); low = high: the rules' fixed 0.6")
+        "in [low, high); low = high: that fixed threshold ([0.6, 0.6]: the rules')")
     epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")

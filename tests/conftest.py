@@ -100,7 +100,7 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
                       "out_dir": str(d / "models/warmstart")},
         "rollout": {"tasks_per_round": 2, "leaf_budget": 4, "generated_pool_share": 0.5, **SAMPLED_TREES,
                     "out_dir": str(d / "data/rollouts")},
-        "rewards": {"w_cost": 0.3, "cost_unit": 0.0, "estimator": "sibling", "normalize_std": True, "advantage_clip": None},
+        "rewards": {**SIBLING_REWARDS, "w_cost": 0.3},
         "train": {"rounds": 2, "minibatches": 1, "lr": 5e-4, "validate_rounds": False, "select": "last",
                   "clip_eps_high": None, "ppo_epochs": 1,
                   "out_dir": str(d / "models/policy"),

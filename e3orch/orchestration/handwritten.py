@@ -163,9 +163,10 @@ class ExploreOrchestrator(RuleOrchestrator):
     alternatives RL can then compare. A dearer card of a level a cheaper one also claims is never
     drawn: no need picks it.
 
-    With ``accept=(low, high)``, ``low < high``, it also draws, for each result, the confidence
-    below which it is repaired (uniform in [low, high), the same for the same result in every
-    state of the episode): the repair-or-move-on choice gets probability mass too."""
+    With ``accept=(low, high)`` it also draws, for each result, the confidence below which it is
+    repaired (uniform in [low, high), the same for the same result in every state of the
+    episode; ``low == high``: that fixed threshold): the repair-or-move-on choice gets
+    probability mass too."""
 
     def __init__(self, name: str, only: str | None = None, seed: int = 0,
                  accept: tuple[float, float] | None = None) -> None:
@@ -177,7 +178,7 @@ class ExploreOrchestrator(RuleOrchestrator):
         return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
 
     def accepted(self, st: PartStatus) -> bool:
-        if self.accept is None or self.accept[0] >= self.accept[1] or st.value is None:
+        if self.accept is None or st.value is None:
             return super().accepted(st)
         low, high = self.accept
         u = random.Random(stable_seed(self.seed, "accept", st.value, st.attempts)).random()

@@ -230,11 +230,14 @@ def test_explore_draws_its_repair_threshold_per_result_within_the_range() -> Non
     drawn = make_handwritten("explore", ["a"], seed=0, explore_accept=(0.5, 0.75))
     assert isinstance(drawn, ExploreOrchestrator)
     values = [f"v{i}" for i in range(400)]
-    # without a range (or low == high): heuristic's 0.6
+    # without a range: heuristic's 0.6; low == high: that threshold
     assert [fixed.accepted(PartStatus(1, v, 0.59)) for v in values[:5]] == [False] * 5
     assert [fixed.accepted(PartStatus(1, v, 0.6)) for v in values[:5]] == [True] * 5
     same = make_handwritten("explore", ["a"], explore_accept=(0.6, 0.6))
     assert not same.accepted(PartStatus(1, "x", 0.59)) and same.accepted(PartStatus(1, "x", 0.6))
+    fixed_higher = make_handwritten("explore", ["a"], explore_accept=(0.65, 0.65))
+    assert not any(fixed_higher.accepted(PartStatus(1, v, 0.649)) for v in values)
+    assert all(fixed_higher.accepted(PartStatus(1, v, 0.65)) for v in values)
     # with one: always below low, never at or above high, in between a share (high - c) / (high - low)
     assert not any(drawn.accepted(PartStatus(1, v, 0.49)) for v in values)
     assert all(drawn.accepted(PartStatus(1, v, 0.75)) for v in values)
