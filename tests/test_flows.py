@@ -137,6 +137,27 @@ def test_missing_outputs_are_recomputed(flow_runs: dict[str, Any], tmp_path: Pat
     assert policy.outputs_exist({"out_dir": str(tmp_path)})
 
 
+def test_the_flow_runs_the_default_rl_setting_in_shards(prefect_harness: None, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """params.yaml's own setting (per_part, the greedy spine judged by probes routed as the policy
+    routes) through the flow: two rollout shards, merged, scored and trained on."""
+    import json
+
+    from conftest import default_rl_sections
+
+    from flows.pipeline import e3orch_pipeline
+
+    sections = default_rl_sections(tmp_path)
+    sections["train"].update(rounds=1)
+    params = write_tiny_params(tmp_path, **sections)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("E3ORCH_TRACKING", "0")
+    state = e3orch_pipeline(params_path=str(params), rollout_shards=2, return_state=True)
+    assert state.is_completed()
+    (r,) = json.loads((tmp_path / "reports/train_rounds.json").read_text())
+    assert r["n_tasks"] == 2 and r["n_decisions"] > 0  # both shards' trees reached the update
+
+
 @pytest.mark.parametrize("module", ["flows.pipeline", "flows.serve"])
 def test_a_missing_or_bad_params_file_stops_before_any_flow_run(module: str, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
