@@ -438,9 +438,11 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
-    for key, default, what in (("alternative_slot", "random", "which slot the alternatives change"),
-                               ("milestone_flips", "all", "which parts a milestone's alternatives flip")):
-        if getattr(params.rollout, key) != default and not params.rollout.slot_alternatives:
+    # the value of each option that changes nothing without slot alternatives (not its default:
+    # milestone_flips defaults to results, with slot_alternatives on)
+    for key, inert, what in (("alternative_slot", "random", "which slot the alternatives change"),
+                             ("milestone_flips", "all", "which parts a milestone's alternatives flip")):
+        if getattr(params.rollout, key) != inert and not params.rollout.slot_alternatives:
             raise ConfigError(f"{source}: rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
     if params.rollout.lookahead and not params.rollout.spine:
         raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
