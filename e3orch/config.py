@@ -123,10 +123,11 @@ class PolicyConfig(_Section):
         "auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
-    prompt: Literal["compact", "factored", "per_part", "full"] = Field(
+    prompt: Literal["compact", "factored", "per_part", "per_part_tiers", "full"] = Field(
         "per_part", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
-        "part at a time (act on it: yes or no); full: cards, task text and history (for pretrained LLMs)")
+        "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
+        "cheap, mid, pricey, premium); full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)
@@ -173,7 +174,7 @@ class RolloutConfig(_Section):
         "paths that send the same part to different executors compare them on the same draw (a simulated executor "
         "succeeds wherever a weaker one at that skill does); rollouts only, evaluation keeps independent draws")
     slot_alternatives: bool = Field(
-        True, description="policy.prompt factored or per_part: at a plan branch point the siblings are the sampled plan "
+        True, description="policy.prompt factored, per_part or per_part_tiers: at a plan branch point the siblings are the sampled plan "
         "and copies of it with one slot (drawn at random) sent to another executor of its menu, scored by the policy, "
         "instead of more samples; per_part: at a milestone branch point, copies with one part's yes/no flipped")
     alternative_slot: Literal["random", "uncertain"] = Field(
@@ -453,8 +454,8 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.continuation != "policy" and params.rewards.estimator not in ("branch", "branch_first"):
         raise ConfigError(f"{source}: rollout.continuation: a hand-written continuation needs rewards.estimator: branch "
                           f"or branch_first (the estimators that judge a decision by its probes; got {params.rewards.estimator!r})")
-    if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part"):
-        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored or per_part "
+    if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part", "per_part_tiers"):
+        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored, per_part or per_part_tiers "
                           f"(got {params.policy.prompt!r})")
     pc = params.policy
     longest = pc.max_prompt_tokens + max(pc.max_new_tokens_milestone, pc.max_new_tokens_plan)

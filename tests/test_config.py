@@ -259,4 +259,4 @@ def test_params_yaml_states_the_defaults() -> None:
 def test_every_shipped_params_file_loads(path: Path) -> None:
     """A change of params.yaml's values cannot leave a shipped config contradicting itself."""
     p = load_params(path)
-    assert p.policy.prompt in ("compact", "per_part")
+    assert p.policy.prompt in ("compact", "per_part", "per_part_tiers")

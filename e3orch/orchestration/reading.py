@@ -208,6 +208,16 @@ def price_of(spec: ExecutorSpec) -> float:
 
 DIFFICULTY_NAMES = ("easy", "normal", "hard")
 LEVEL_NAMES = ("weak", "fair", "good", "strong")
+# Price tiers of a card (price_of, per 1k tokens): below 0.2 is a tool's price, below 2 a small
+# model's, below 8 a mid-sized or specialist model's, below 20 a dear one's, above a large model's.
+PRICE_TIERS = ((0.2, "free"), (2.0, "cheap"), (8.0, "mid"), (20.0, "pricey"), (float("inf"), "premium"))
+PRICE_NAMES = tuple(name for _, name in PRICE_TIERS)
+
+
+def price_tier(spec: ExecutorSpec) -> str:
+    """The card's price as one of :data:`PRICE_NAMES` (how the policy's menus show it)."""
+    price = price_of(spec)
+    return next(name for bound, name in PRICE_TIERS if price < bound)
 _MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
 
 

@@ -34,6 +34,11 @@
   low-confidence part, re-planning a spent one — cost 9 points of accuracy against its teacher
   (docs/benchmarks.md); and RL gets one decision per part whose credit it can compare
   (``rollout.slot_alternatives`` flips one answer).
+* ``per_part_tiers`` — ``per_part``, with each menu entry's price shown as its tier (``free``
+  ``cheap`` ``mid`` ``pricey`` ``premium``: orchestration/reading.py) instead of the number. Why:
+  a small policy reads a price as a token, so what RL taught it for ``good 0.03 | strong 22`` did
+  not carry over to ``good 0.06 | strong 27`` on the transfer pool; with tiers both read
+  ``good free | strong premium`` (docs/benchmarks.md, "Prices as tiers").
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool
 the policy never saw is just another set of cards.
@@ -65,12 +70,15 @@ from e3orch.orchestration.reading import (
     part_status,
     plan_slots,
     price_of,
+    price_tier,
 )
 from e3orch.orchestration.types import MilestoneRecord
 
-PromptStyle = Literal["compact", "full", "factored", "per_part"]
-FACTORED_STYLES = ("factored", "per_part")  # styles that ask a plan one slot at a time
+PromptStyle = Literal["compact", "full", "factored", "per_part", "per_part_tiers"]
+PER_PART_STYLES = ("per_part", "per_part_tiers")  # styles that ask a milestone one part at a time
+FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
+TIER_STYLES = ("per_part_tiers",)  # styles whose menus show price tiers instead of prices
 
 MAX_OUTPUT_CHARS = 160
 
@@ -148,7 +156,7 @@ def render_prompt(
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
     if style in COMPACT_STYLES:
-        compact = render_compact(obs, kind)
+        compact = render_compact(obs, kind, tiers=style in TIER_STYLES)
         if compact is not None:
             return compact
     head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
@@ -205,7 +213,7 @@ def _attempts_note(n: int, limit: int) -> str:
     return (f" x{n}" if n else "") + (" spent" if is_spent(n, limit) else "")
 
 
-def render_compact(obs: Observation, kind: DecisionType) -> str | None:
+def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
     if not parts:
@@ -213,7 +221,7 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     status = part_status(obs.history, parts)
     limit = obs.max_part_attempts
     if kind == "plan":
-        lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status))]
+        lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status, tiers))]
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
     by_id = {p.id: p for p in parts}
     head = ["### parts"]
@@ -228,15 +236,17 @@ def render_compact(obs: Observation, kind: DecisionType) -> str | None:
     ]) + "\n"
 
 
-def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatus]) -> list[str]:
+def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatus], tiers: bool = False) -> list[str]:
     """Per plan slot: ``P3 retrieve hard x1: #1 good 0.03 | #2 strong 22`` (the part, its skill,
-    difficulty and attempts, and its menu: capable executors cheapest first, with level and price)."""
+    difficulty and attempts, and its menu: capable executors cheapest first, with level and price,
+    or with ``tiers`` price tier: ``#1 good free | #2 strong premium``)."""
     levels = [card_levels(c) for c in obs.cards]
     menus = menus_for(parts, obs.cards, levels)
     by_id = {p.id: p for p in parts}
     lines = []
     for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone)):
-        options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} {price_of(obs.cards[i]):.2g}"
+        options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
+                             f"{price_tier(obs.cards[i]) if tiers else format(price_of(obs.cards[i]), '.2g')}"
                              for k, i in enumerate(menus[p.id]))
         lines.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
                      f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: "
@@ -250,7 +260,7 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
     is then forced (the final part's answer). None when the decision is asked whole: any decision
     of a style that is not factored, a milestone in the ``factored`` style, a task without
     numbered parts, or a plan whose milestone names none of them."""
-    if style not in FACTORED_STYLES or (kind == "milestone" and style != "per_part"):
+    if style not in FACTORED_STYLES or (kind == "milestone" and style not in PER_PART_STYLES):
         return None
     parts, sink = parse_parts(obs.question)
     if not parts:
@@ -262,7 +272,7 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
         final = f"### final: {sink} {_part_state(by_id[sink], status, limit)}" if sink in by_id else "### final: -"
         return [_act_question(p, by_id, status, limit, final) for p in actionable_parts(obs, parts, status)]
     return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
-            for line in _slot_lines(obs, parts, status)] or None
+            for line in _slot_lines(obs, parts, status, style in TIER_STYLES)] or None
 
 
 def actionable_parts(obs: Observation, parts: list[Part], status: dict[str, PartStatus]) -> list[Part]:

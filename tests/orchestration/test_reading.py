@@ -13,7 +13,14 @@ from e3orch.data.sim import DOMAINS, generate_task
 from e3orch.executors.base import load_pool_specs
 from e3orch.orchestration.handwritten import Router, parse_parts
 from e3orch.orchestration.protocol import parse_plan, render_plan, to_menu_refs
-from e3orch.orchestration.reading import menu_rank, part_menus, resolve_menu_ref
+from e3orch.orchestration.reading import (
+    PRICE_NAMES,
+    menu_rank,
+    part_menus,
+    price_of,
+    price_tier,
+    resolve_menu_ref,
+)
 from e3orch.orchestration.types import Subtask
 from e3orch.policy.pools import randomize_pool
 
@@ -49,6 +56,25 @@ def test_a_need_no_card_meets_names_the_strongest_card() -> None:
     wnames = [s.name for s in weak]
     assert [wnames[i] for i in part_menus(QUESTION, weak)["P3"]] == ["mid-llm", "mid-llm", "mid-llm"]
     assert part_menus(QUESTION, [s for s in DEFAULT if s.name == "calculator"])["P3"] == []  # nobody capable
+
+
+def test_price_tiers_of_the_shipped_pools() -> None:
+    tiers = {s.name: price_tier(s) for s in DEFAULT}
+    assert tiers == {"frontier-llm": "premium", "mid-llm": "mid", "small-llm": "cheap", "code-llm": "mid",
+                     "reasoner": "pricey", "calculator": "free", "web-search": "free"}
+    transfer = load_pool_specs(REPO / "configs" / "executors" / "transfer.yaml")
+    assert [price_tier(s) for s in transfer] == ["premium", "cheap", "mid", "mid", "pricey", "free", "free"]
+    # bounds: a price exactly on a bound is the dearer tier
+    mid = DEFAULT[1].model_copy(update={"price": DEFAULT[1].price.model_copy(update={"input_per_1k": 0.0, "output_per_1k": 1.0})})
+    assert price_of(mid) == 2.0 and price_tier(mid) == "mid"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000))
+def test_price_tiers_follow_price_order(seed: int) -> None:
+    pool = randomize_pool(DEFAULT, random.Random(seed), drop_prob=0.0)
+    ranked = sorted(pool, key=price_of)
+    assert [PRICE_NAMES.index(price_tier(s)) for s in ranked] == sorted(PRICE_NAMES.index(price_tier(s)) for s in ranked)
 
 
 def test_menu_refs_resolve_against_the_instruction_part() -> None:

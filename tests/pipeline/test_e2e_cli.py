@@ -230,11 +230,15 @@ def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
     assert [r["round"] for r in json.loads((reports / "train_rounds.json").read_text())] == [1]
 
 
-def test_the_default_rl_setting_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prompt", ["params.yaml", "per_part_tiers"])
+def test_the_default_rl_setting_end_to_end(tmp_path: Path, prompt: str) -> None:
     """params.yaml's own setting (per_part prompts, explore drawing its repair threshold, the greedy
     spine's alternatives judged by probes, milestone flips of result parts only) on the tiny sizes:
-    the warm start is taught part-by-part answers, and an RL round compares alternatives."""
+    the warm start is taught part-by-part answers, and an RL round compares alternatives. The same
+    with menus of price tiers (configs/params-tiers.yaml), which the policy then keeps using."""
     sections = default_rl_sections(tmp_path)
+    if prompt != "params.yaml":
+        sections["policy"]["prompt"] = prompt
     sections["train"].update(rounds=1, checkpoint_dir=str(tmp_path / "ckpt"))
     params = write_tiny_params(tmp_path, **sections)
     assert main(["prepare", "--params", str(params)]) == 0
@@ -248,3 +252,5 @@ def test_the_default_rl_setting_end_to_end(tmp_path: Path) -> None:
     assert r["n_decisions"] > 0 and r["n_leaves"] > 0 and r["n_tasks"] == 2
     assert math.isfinite(r["kl"]) and r["update_tokens"] > 0
     assert (tmp_path / "models/policy/config.json").exists()
+    meta = json.loads((tmp_path / "models/policy/e3orch_policy.json").read_text())
+    assert meta["prompt"] == sections["policy"]["prompt"]

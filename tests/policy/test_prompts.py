@@ -7,7 +7,14 @@ from pathlib import Path
 from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
-from e3orch.policy.prompts import join_answers, render_prompt, slot_alternatives, split_decision, sub_prompts
+from e3orch.policy.prompts import (
+    join_answers,
+    policy_prompt_style,
+    render_prompt,
+    slot_alternatives,
+    split_decision,
+    sub_prompts,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = tuple(load_pool_specs(REPO / "configs" / "executors" / "default.yaml"))
@@ -66,6 +73,29 @@ def test_factored_style_asks_each_slot_as_a_one_slot_plan() -> None:
     assert sub_prompts(_obs((), None, question="What is 2 + 2?"), "plan") is None  # asked whole
     assert sub_prompts(_obs((), "Finish up"), "plan") is None
     assert sub_prompts(obs, "milestone") is None  # milestones are asked whole
+
+
+def test_per_part_tiers_shows_each_menu_entrys_price_tier() -> None:
+    obs = _obs(HISTORY, "Solve P2, P3")
+    assert sub_prompts(obs, "plan", "per_part_tiers") == [
+        "### S1 P2 retrieve easy x1: #1 good free | #2 good free | #3 strong premium\n"
+        "### decide: plan for Solve P2\n",
+        "### S1 P3 reason normal: #1 good mid | #2 good mid | #3 strong pricey\n"
+        "### decide: plan for Solve P3\n",
+    ]
+    # milestones are asked part by part as in per_part, and they show no prices
+    assert sub_prompts(_obs(HISTORY, None), "milestone", "per_part_tiers") == sub_prompts(_obs(HISTORY, None), "milestone", "per_part")
+    tier_q = sub_prompts(obs, "plan", "per_part_tiers")[0]  # type: ignore[index]
+    assert slot_alternatives(tier_q, "S1 | #1 | -") == ["S1 | #3 | -"]  # a level names one card, whatever its price shows
+
+
+def test_a_policy_is_prompted_in_the_style_it_was_made_with(tmp_path: Path) -> None:
+    import json
+    from types import SimpleNamespace
+
+    (tmp_path / "e3orch_policy.json").write_text(json.dumps({"kind": "e3orch-default-policy", "prompt": "per_part_tiers"}))
+    assert policy_prompt_style(SimpleNamespace(model_path=str(tmp_path)), "per_part") == "per_part_tiers"
+    assert policy_prompt_style(SimpleNamespace(model_path=str(tmp_path / "none")), "per_part") == "per_part"
 
 
 def test_slot_alternatives_name_every_other_executor_of_the_slot_menu() -> None:
