@@ -218,6 +218,8 @@ def price_tier(spec: ExecutorSpec) -> str:
     """The card's price as one of :data:`PRICE_NAMES` (how the policy's menus show it)."""
     price = price_of(spec)
     return next(name for bound, name in PRICE_TIERS if price < bound)
+
+
 _MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
 
 
