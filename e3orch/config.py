@@ -17,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from e3orch.executors.base import ConfigError
 from e3orch.files import read_yaml
 
+# policy.prompt (policy/prompts.py renders them)
+PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "full"]
+PER_PART_STYLES = ("per_part", "per_part_tiers")  # styles that ask a milestone one part at a time
+FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
+
 DEFAULT_PARAMS = "params.yaml"
 
 # the hand-written orchestrators (e3orch/orchestration/handwritten.py) by the names params use
@@ -123,7 +128,7 @@ class PolicyConfig(_Section):
         "auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
-    prompt: Literal["compact", "factored", "per_part", "per_part_tiers", "full"] = Field(
+    prompt: PromptStyle = Field(
         "per_part", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
@@ -454,8 +459,9 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.continuation != "policy" and params.rewards.estimator not in ("branch", "branch_first"):
         raise ConfigError(f"{source}: rollout.continuation: a hand-written continuation needs rewards.estimator: branch "
                           f"or branch_first (the estimators that judge a decision by its probes; got {params.rewards.estimator!r})")
-    if params.rollout.slot_alternatives and params.policy.prompt not in ("factored", "per_part", "per_part_tiers"):
-        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: factored, per_part or per_part_tiers "
+    if params.rollout.slot_alternatives and params.policy.prompt not in FACTORED_STYLES:
+        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: "
+                          f"{', '.join(FACTORED_STYLES[:-1])} or {FACTORED_STYLES[-1]} "
                           f"(got {params.policy.prompt!r})")
     pc = params.policy
     longest = pc.max_prompt_tokens + max(pc.max_new_tokens_milestone, pc.max_new_tokens_plan)

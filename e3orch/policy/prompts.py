@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal, get_args
+from typing import get_args
 
+from e3orch.config import FACTORED_STYLES, PER_PART_STYLES, PromptStyle
 from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
 from e3orch.orchestration.reading import (
@@ -74,9 +75,6 @@ from e3orch.orchestration.reading import (
 )
 from e3orch.orchestration.types import MilestoneRecord
 
-PromptStyle = Literal["compact", "full", "factored", "per_part", "per_part_tiers"]
-PER_PART_STYLES = ("per_part", "per_part_tiers")  # styles that ask a milestone one part at a time
-FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
 TIER_STYLES = ("per_part_tiers",)  # styles whose menus show price tiers instead of prices
 
