@@ -69,6 +69,10 @@ class EngineConfig(_Section):
                      "(defect part_attempts); 0 = no limit")
     concurrency: int = Field(16, ge=1, description="executor calls in flight per plan")
     subtask_timeout_s: float = Field(120.0, gt=0, description="wall-clock limit per executor call")
+    noise_key: Literal["milestone", "part"] = Field(
+        "milestone", description="what a subtask's execution noise is keyed by: milestone (the milestone's index in the "
+                                 "episode and the subtask's slot) | part (the parts it names and how many subtasks named "
+                                 "each before: an earlier extra or missing milestone does not re-draw a later part's result)")
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

@@ -182,15 +182,17 @@ class EpisodeState:
     async def act(self, plan: Plan, pool: Pool, plan_completion: str = "") -> MilestoneRecord:
         """Run ``plan`` for the pending milestone and record the step."""
         assert self.pending is not None
+        by_part = self.cfg.noise_key == "part"
         run = await run_plan(
             plan,
             pool,
             task=self.task,
             workspace=self.workspace,
-            seed=stable_seed(self.seed, self.task.task_id, len(self.milestones), self.branch),
+            seed=stable_seed(self.seed, self.task.task_id, "part" if by_part else len(self.milestones), self.branch),
             concurrency=self.cfg.concurrency,
             timeout_s=self.cfg.subtask_timeout_s,
             seed_by_executor=self.seed_by_executor,
+            noise_keys=self._part_noise_keys(plan) if by_part else None,
         )
         rec = MilestoneRecord(
             text=self.pending.text,
@@ -215,6 +217,19 @@ class EpisodeState:
         if self.cost >= self.cfg.max_cost:
             self._fail("cost_budget", f"cost {self.cost:.3g} >= {self.cfg.max_cost:g}")
         return rec
+
+    def _part_noise_keys(self, plan: Plan) -> dict[str, str]:
+        """Per subtask, ``P3#2,P4#1``: each part it names and how many subtasks named it before (in
+        earlier milestones and earlier in this plan), so the n-th attempt at a part draws the same
+        noise whatever came before it. A subtask naming no part keeps its id (``S2``)."""
+        attempts = part_attempts(self.milestones)
+        keys = {}
+        for s in plan.subtasks:
+            tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
+            keys[s.id] = ",".join(f"{t}#{attempts.get(t, 0) + 1}" for t in tags) or s.id
+            for t in tags:
+                attempts[t] = attempts.get(t, 0) + 1
+        return keys
 
     def fork(self, branch: str, *, shared_noise: bool = False) -> EpisodeState:
         """A child that shares this history (already executed) and draws its own noise — or, with

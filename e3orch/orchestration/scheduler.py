@@ -82,13 +82,16 @@ async def run_plan(
     concurrency: int = 16,
     timeout_s: float = 120.0,
     seed_by_executor: bool = True,
+    noise_keys: Mapping[str, str] | None = None,
 ) -> PlanRun:
     """Execute ``plan`` on ``pool``; never raises for executor-side failures.
 
     A subtask's execution seed derives from ``seed``, its id, its instruction and, unless
     ``seed_by_executor`` is false, its executor. Without the executor, the same subtask sent to two
     executors draws the same noise: a simulated executor then succeeds wherever a weaker one at
-    that skill does (common random numbers across executors)."""
+    that skill does (common random numbers across executors). ``noise_keys`` (subtask id → key)
+    replaces the id in that derivation (``engine.noise_key: part``: the parts a subtask names and
+    their attempt numbers)."""
     t0 = time.perf_counter()
     by_id = {s.id: s for s in plan.subtasks}
     done: dict[str, asyncio.Future[ExecutionResult]] = {
@@ -99,6 +102,7 @@ async def run_plan(
 
     async def one(sid: str) -> None:
         sub = by_id[sid]
+        key = noise_keys.get(sid, sid) if noise_keys else sid
         dep_results = [await done[d] for d in sub.deps]
         failed = [r.id for r in dep_results if not r.ok]
         if failed:
@@ -111,8 +115,8 @@ async def run_plan(
                 context=tuple((r.id, r.output) for r in dep_results),
                 task=task,
                 state=state,
-                seed=(stable_seed(seed, sid, sub.executor, sub.instruction) if seed_by_executor
-                      else stable_seed(seed, sid, sub.instruction)),
+                seed=(stable_seed(seed, key, sub.executor, sub.instruction) if seed_by_executor
+                      else stable_seed(seed, key, sub.instruction)),
             )
             if sub.executor not in pool:
                 res = ExecutionResult(sid, sub.executor, False, error=f"unknown executor {sub.executor!r}")

@@ -249,6 +249,34 @@ def test_forks_with_different_branches_draw_different_noise() -> None:
     assert latency("x") != latency("y")
 
 
+def _second_part_result(key: str, seed: int, repair_first: bool, attempts: int = 1) -> list[tuple[str, float]]:
+    """P2's results (output, latency) on a coin-flip executor after P1 on a perfect one, with or
+    without a repair of P1 first: the same inputs either way, one milestone more or less before."""
+    coin = build_pool([_spec("perfect", 1.0, 1.0), _spec("coin", 0.5, 1.0)])
+    cfg = CFG.model_copy(update={"noise_key": key})
+    st = EpisodeState.start(TASK, coin, cfg, seed=seed)
+    for _ in range(2 if repair_first else 1):
+        st.apply_milestone("MILESTONE: Solve P1")
+        asyncio.run(st.act(st.apply_plan("S1 | perfect | - | Solve P1."), coin))
+    out = []
+    for _ in range(attempts):
+        st.apply_milestone("MILESTONE: Solve P2")
+        rec = asyncio.run(st.act(st.apply_plan("S1 | coin | - | Solve P2."), coin))
+        out.append((rec.results[0].output, rec.results[0].latency_s))
+    return out
+
+
+def test_noise_keyed_by_part_does_not_redraw_a_later_part_after_an_extra_milestone() -> None:
+    for seed in range(8):
+        assert _second_part_result("part", seed, False) == _second_part_result("part", seed, True)
+    # keyed by the milestone's index, the extra milestone re-draws P2 (latency noise differs for every seed here)
+    assert all(_second_part_result("milestone", seed, False) != _second_part_result("milestone", seed, True)
+               for seed in range(8))
+    # a repair is another draw: the second attempt at P2 is not a copy of the first
+    first, second = _second_part_result("part", 0, False, attempts=2)
+    assert first[1] != second[1]
+
+
 # -- attempts per part ------------------------------------------------------------------------
 
 
