@@ -221,12 +221,13 @@ class EpisodeState:
     def _part_noise_keys(self, plan: Plan) -> dict[str, str]:
         """Per subtask, ``P3#2,P4#1``: each part it names and how many subtasks named it before (in
         earlier milestones and earlier in this plan), so the n-th attempt at a part draws the same
-        noise whatever came before it. A subtask naming no part keeps its id (``S2``)."""
+        noise whatever came before it. A subtask naming no part is keyed by its id and the
+        milestone's index (``S2@3``), as with ``noise_key: milestone``."""
         attempts = part_attempts(self.milestones)
-        keys = {}
+        keys: dict[str, str] = {}
         for s in plan.subtasks:
             tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
-            keys[s.id] = ",".join(f"{t}#{attempts.get(t, 0) + 1}" for t in tags) or s.id
+            keys[s.id] = ",".join(f"{t}#{attempts.get(t, 0) + 1}" for t in tags) or f"{s.id}@{len(self.milestones)}"
             for t in tags:
                 attempts[t] = attempts.get(t, 0) + 1
         return keys

@@ -277,6 +277,15 @@ def test_noise_keyed_by_part_does_not_redraw_a_later_part_after_an_extra_milesto
     assert first[1] != second[1]
 
 
+def test_noise_keys_name_each_part_and_its_attempt_number() -> None:
+    st = EpisodeState.start(TASK, POOL, CFG.model_copy(update={"noise_key": "part"}), seed=0)
+    st.apply_milestone("MILESTONE: Solve P1")
+    asyncio.run(st.act(st.apply_plan("S1 | perfect | - | Solve P1."), POOL))
+    st.apply_milestone("MILESTONE: Solve P1, P2")
+    plan = st.apply_plan("S1 | perfect | - | Solve P1.\nS2 | perfect | S1 | Solve P2, using P1.\nS3 | perfect | - | Think.")
+    assert st._part_noise_keys(plan) == {"S1": "P1#2", "S2": "P2#1,P1#3", "S3": "S3@1"}
+
+
 # -- attempts per part ------------------------------------------------------------------------
 
 
