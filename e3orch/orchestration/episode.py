@@ -28,10 +28,10 @@ from e3orch.executors.base import ExecutorSpec, Pool
 from e3orch.executors.simulated import parse_values
 from e3orch.orchestration.protocol import parse_milestone, parse_plan
 from e3orch.orchestration.reading import (
-    PART_TAG_RE,
     futile_parts,
     is_spent,
     menus_for,
+    named_parts,
     parse_parts,
     part_attempts,
     plan_slots,
@@ -164,7 +164,7 @@ class EpisodeState:
         attempts = part_attempts(self.milestones)
         keep, defects = [], list(plan.defects)
         for s in plan.subtasks:
-            tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
+            tags = named_parts(s.instruction)
             spent = [t for t in tags if is_spent(attempts.get(t, 0), self.cfg.max_part_attempts)]
             if spent and len(spent) == len(tags):
                 defects.append(Defect("part_attempts", f"{s.id}: {spent[0]} already had {attempts[spent[0]]} subtasks "
@@ -226,7 +226,7 @@ class EpisodeState:
         attempts = part_attempts(self.milestones)
         keys: dict[str, str] = {}
         for s in plan.subtasks:
-            tags = list(dict.fromkeys(PART_TAG_RE.findall(s.instruction)))
+            tags = named_parts(s.instruction)
             keys[s.id] = ",".join(f"{t}#{attempts.get(t, 0) + 1}" for t in tags) or f"{s.id}@{len(self.milestones)}"
             for t in tags:
                 attempts[t] = attempts.get(t, 0) + 1
@@ -234,7 +234,8 @@ class EpisodeState:
 
     def fork(self, branch: str, *, shared_noise: bool = False) -> EpisodeState:
         """A child that shares this history (already executed) and draws its own noise — or, with
-        ``shared_noise``, its parent's: then the k-th milestone of every path draws the same seed, and
+        ``shared_noise``, its parent's: then the k-th milestone of every path (with ``engine.noise_key:
+        part``, the n-th attempt at each part) draws the same seed, and
         two paths that plan the same subtask (executor and instruction) there get the same result."""
         child = copy.copy(self)
         child.milestones = list(self.milestones)  # records are immutable once appended

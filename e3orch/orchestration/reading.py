@@ -43,6 +43,11 @@ PART_TAG_RE = re.compile(r"\bP\d+\b")  # a part named anywhere in a text
 PART_RESULT_RE = re.compile(r"\b(P\d+) = (\S+)(?: \(confidence ([0-9.]+)\))?")
 
 
+def named_parts(text: str) -> list[str]:
+    """The parts a text names (``P3``), each once, in the order they first appear."""
+    return list(dict.fromkeys(PART_TAG_RE.findall(text)))
+
+
 def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
     """Per part: how many executed subtasks named it (a subtask naming it twice counts once).
     What the compact prompt shows as ``x3`` and what ``engine.max_part_attempts`` limits."""
@@ -52,7 +57,7 @@ def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
         for r in rec.results:
             sub = by_id.get(r.id)
             if sub is not None:
-                for tag in dict.fromkeys(PART_TAG_RE.findall(sub.instruction)):
+                for tag in named_parts(sub.instruction):
                     attempts[tag] = attempts.get(tag, 0) + 1
     return attempts
 
@@ -95,7 +100,7 @@ def futile_parts(text: str, question: str, history: Iterable[MilestoneRecord], l
     """The parts a milestone ``text`` names when none of them would still run — each is spent
     (:func:`is_spent`) or not a part of the task — else ``[]`` (also when it names no part, or
     the task has no numbered parts). Any plan for such a milestone is refused subtask by subtask."""
-    tags = list(dict.fromkeys(PART_TAG_RE.findall(text)))
+    tags = named_parts(text)
     parts = {p.id for p in parse_parts(question)[0]}
     if not tags or not parts:
         return []
