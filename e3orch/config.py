@@ -18,8 +18,8 @@ from e3orch.executors.base import ConfigError
 from e3orch.files import read_yaml
 
 # policy.prompt (policy/prompts.py renders them)
-PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "full"]
-PER_PART_STYLES = ("per_part", "per_part_tiers")  # styles that ask a milestone one part at a time
+PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_source", "full"]
+PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_source")  # styles that ask a milestone one part at a time
 FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 
 DEFAULT_PARAMS = "params.yaml"
@@ -136,7 +136,8 @@ class PolicyConfig(_Section):
         "per_part", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
-        "cheap, mid, pricey, premium); full: cards, task text and history (for pretrained LLMs)")
+        "cheap, mid, pricey, premium); per_part_source: per_part, with each result's line naming the stated level, at "
+        "the part's skill, of the card that reported it; full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 from e3orch.benchmarks.headroom import (
+    SOURCE_ACCEPT,
     STRONGEST,
     RouteTable,
     TableOrchestrator,
@@ -19,8 +21,10 @@ from e3orch.benchmarks.headroom import (
 from e3orch.config import EngineConfig
 from e3orch.data.sim import generate_split
 from e3orch.evaluation.evaluate import run_system
-from e3orch.executors.base import build_pool, load_pool_specs
+from e3orch.executors.base import ExecutionResult, build_pool, load_pool_specs
+from e3orch.orchestration.episode import Observation
 from e3orch.orchestration.handwritten import Router, make_handwritten
+from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 
 POOL = "configs/executors/default.yaml"
 TASKS = generate_split(0, "eval", 3)  # 3 tasks per domain
@@ -37,6 +41,29 @@ def test_the_handwritten_tables_decide_exactly_as_the_rules() -> None:
         rule = _episodes(make_handwritten(name, pool.names), pool)
         assert [(e.correct, e.cost, len(e.milestones)) for e in ours] == [(e.correct, e.cost, len(e.milestones)) for e in rule]
         assert [[r.plan_completion for r in e.milestones] for e in ours] == [[r.plan_completion for r in e.milestones] for e in rule]
+
+
+def test_by_source_repairs_by_the_level_of_the_card_that_reported_a_result() -> None:
+    # web-search states it is good at retrieval, frontier-llm strong: the same 0.7 is repaired
+    # from the first and kept from the second; a 0.55 is repaired from either, a 0.8 from neither
+    cards = tuple(load_pool_specs(POOL))
+    question = "A lookup.\nP1: (simple) Find the capital of Norvia.\nFinal answer: the result of P1."
+    table = TableOrchestrator(replace(handwritten_table("heuristic"), accept_by_level=SOURCE_ACCEPT))
+
+    def milestone(executor: str, confidence: float) -> str:
+        rec = MilestoneRecord("Solve P1", Plan((Subtask("S1", executor, "Solve P1."),)),
+                              [ExecutionResult("S1", executor, True, f"P1 = Oslo (confidence {confidence:.2f})")])
+        obs = Observation(task_id="t", question=question, cards=cards, history=(rec,), pending_milestone=None,
+                          milestones_left=10, subtasks_left=30, cost_left=50.0, max_plan_subtasks=8)
+        return asyncio.run(table.decide(obs, "milestone"))
+
+    assert [milestone("web-search", c) for c in (0.55, 0.7, 0.8)] == ["MILESTONE: Solve P1", "MILESTONE: Solve P1", "ANSWER: P1"]
+    assert [milestone("frontier-llm", c) for c in (0.55, 0.7, 0.8)] == ["MILESTONE: Solve P1", "ANSWER: P1", "ANSWER: P1"]
+    # without it, the rule's one threshold (0.6) for both
+    plain = TableOrchestrator(handwritten_table("heuristic"))
+    table = plain
+    assert [milestone("web-search", 0.7), milestone("frontier-llm", 0.55)] == ["ANSWER: P1", "MILESTONE: Solve P1"]
+    assert plain.table.to_dict()["accept"] == 0.6
 
 
 def test_candidates_change_one_entry_to_another_card() -> None:
@@ -81,3 +108,4 @@ def test_bench_headroom_tiny_run(tiny_params_file: Path) -> None:
     assert f["lambda"] == 0.05 and r["evaluations"] > 0
     assert set(f["train"]) == {"accuracy", "cost", "ie"} and set(f["eval"]) == kinds
     assert set(f["table"]) == {"first", "repair", "accept", "attempts"}
+    assert set(r["by_source"]) == {"heuristic", "thrifty"} and set(r["by_source"]["thrifty"]) == kinds

@@ -15,6 +15,10 @@ the generated pools. A table decides on what the policy sees (cue words, card de
 stated confidences), so what a fitted table reaches, a learned policy could reach too; the
 distance between them is what training leaves on the table.
 
+Next to them, ``by_source``: ``heuristic`` and ``thrifty`` with their repair threshold set by the
+stated level of the card that reported a result (:data:`SOURCE_ACCEPT`) — what a policy reading
+the ``per_part_source`` prompt could reach on repairs alone.
+
 It is a measurement, not an orchestrator the project trains or ships: a black-box fit of 22
 entries with tens of thousands of episodes, on one pool.
 """
@@ -31,8 +35,9 @@ from e3orch.config import EngineConfig
 from e3orch.data.tasks import Task
 from e3orch.evaluation.evaluate import SystemMetrics, limit_per_benchmark, run_system, summarize
 from e3orch.executors.base import SKILLS, Pool
+from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.handwritten import Router, RuleOrchestrator
-from e3orch.orchestration.reading import Part
+from e3orch.orchestration.reading import Part, PartStatus, card_levels
 
 STRONGEST = 9  # "the strongest card at the skill" (cheapest among equals), as heuristic repairs
 NEEDS = (1, 2, 3, STRONGEST)
@@ -46,11 +51,21 @@ class RouteTable:
     repair: dict[str, tuple[int, int]]       # skill → need of the second and third attempts
     accept: float                            # a result at or above this confidence is kept
     attempts: int                            # subtasks per part
+    # by the stated level (weak, fair, good, strong) of the card that reported the result, at the
+    # part's skill, instead of ``accept`` (not fitted: see SOURCE_ACCEPT)
+    accept_by_level: tuple[float, float, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"first": {s: list(v) for s, v in self.first.items()},
                 "repair": {s: list(v) for s, v in self.repair.items()},
-                "accept": self.accept, "attempts": self.attempts}
+                "accept": list(self.accept_by_level) if self.accept_by_level else self.accept, "attempts": self.attempts}
+
+
+# Repair thresholds by the reporting card's stated level: the sim draws a stated confidence from
+# one distribution for right values and another for wrong ones, whoever reports them, so a 0.6 is
+# right about 4 times in 5 from a card right 9 times in 10 and 3 in 10 from one right half the time
+# (policy/prompts.py, per_part_source). Set by hand from that, not fitted.
+SOURCE_ACCEPT = (0.75, 0.75, 0.75, 0.6)
 
 
 def handwritten_table(name: str) -> RouteTable:
@@ -74,6 +89,17 @@ class TableOrchestrator(RuleOrchestrator):
         self.table = table
         self.accept_confidence = table.accept
         self.max_attempts = table.attempts
+        self._levels: dict[str, dict[str, int]] = {}
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        self._levels = {c.name: card_levels(c) for c in obs.cards}
+        return await super().decide(obs, kind)
+
+    def accepted(self, st: PartStatus) -> bool:
+        by_level = self.table.accept_by_level
+        if by_level is None or st.value is None or not self.repair:
+            return super().accepted(st)
+        return st.confidence >= by_level[self._levels.get(st.executor, {}).get(st.skill, 0)]
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         t = self.table
@@ -188,6 +214,9 @@ def bench_headroom(params_path: str = "params.yaml", quick: bool = False, train_
                                    "pools": {k: len(v) for k, v in pools.items()}}
             for name in ("heuristic", "thrifty"):
                 out[name] = await on_pools(handwritten_table(name))
+            # the same rules, repairing by who reported a result (SOURCE_ACCEPT)
+            out["by_source"] = {name: await on_pools(replace(handwritten_table(name), accept_by_level=SOURCE_ACCEPT))
+                                for name in ("heuristic", "thrifty")}
             fitted, n_evals, t0 = [], 0, time.perf_counter()
             with count_progress("fitting routing tables", len(lambdas) * sweeps * per_sweep) as advance:
                 for lam in lambdas:

@@ -67,13 +67,15 @@ class PartStatus:
     attempts: int = 0             # as :func:`part_attempts` counts them
     value: str | None = None      # the latest value an executor reported for the part
     confidence: float = 0.0       # its stated confidence (0.5 when it stated none)
+    executor: str = ""            # the executor that reported that value
+    skill: str = ""               # the part's skill (what the reporting card's stated level is read at)
 
 
 def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> dict[str, PartStatus]:
     """Attempts and latest reported value/confidence of every part, read off the results: what
     the hand-written orchestrators decide on and the compact prompt shows."""
     attempts = part_attempts(history)
-    status = {p.id: PartStatus(attempts=attempts.get(p.id, 0)) for p in parts}
+    status = {p.id: PartStatus(attempts=attempts.get(p.id, 0), skill=p.skill) for p in parts}
     for rec in history:
         for r in rec.results:
             for m in PART_RESULT_RE.finditer(r.output if r.ok else ""):
@@ -81,6 +83,7 @@ def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> di
                     st = status[m.group(1)]
                     st.value = m.group(2)
                     st.confidence = float(m.group(3)) if m.group(3) else 0.5
+                    st.executor = r.executor
     return status
 
 

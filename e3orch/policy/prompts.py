@@ -39,6 +39,14 @@
   a small policy reads a price as a token, so what RL taught it for ``good 0.03 | strong 22`` did
   not carry over to ``good 0.06 | strong 27`` on the transfer pool; with tiers both read
   ``good free | strong premium`` (docs/benchmarks.md, "Prices as tiers").
+* ``per_part_source`` — ``per_part``, with each result naming the stated level, at the part's
+  skill, of the card that reported it (``P2 retrieve easy: 0.63 good x1``). Why: the sim's stated
+  confidence is drawn from one distribution for right values and another for wrong ones, whoever
+  reports them, so what a confidence says depends on how often the reporting card is right: a
+  0.60 is right about four times in five from a card right nine times in ten, and about three
+  times in ten from one right half the time. Repairing a good card's results below 0.75 and a
+  strong card's below 0.6 makes ``heuristic`` 6 to 8 points more accurate (docs/benchmarks.md,
+  "Who reported a result").
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool
 the policy never saw is just another set of cards.
@@ -77,6 +85,7 @@ from e3orch.orchestration.types import MilestoneRecord
 
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
 TIER_STYLES = ("per_part_tiers",)  # styles whose menus show price tiers instead of prices
+SOURCE_STYLES = ("per_part_source",)  # styles whose result lines name the reporting card's level
 
 MAX_OUTPUT_CHARS = 160
 
@@ -154,7 +163,7 @@ def render_prompt(
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
     if style in COMPACT_STYLES:
-        compact = render_compact(obs, kind, tiers=style in TIER_STYLES)
+        compact = render_compact(obs, kind, tiers=style in TIER_STYLES, source=style in SOURCE_STYLES)
         if compact is not None:
             return compact
     head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
@@ -193,10 +202,17 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     return default
 
 
-def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0) -> str:
+def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0,
+                levels: dict[str, dict[str, int]] | None = None) -> str:
+    """``0.63 x1`` (a result's confidence and the attempts), ``failed``, ``open`` or ``waits``;
+    with ``levels`` (card name → stated skill levels) a result also names the level, at the
+    part's skill, of the card that reported it: ``0.63 good x1``."""
     st = status[part.id]
     if st.value is not None:
         state = f"{st.confidence:.2f}"
+        level = (levels or {}).get(st.executor, {}).get(st.skill)
+        if level is not None:
+            state += f" {LEVEL_NAMES[level]}"
     elif st.attempts:
         state = "failed"
     elif deps_met(part, status):
@@ -211,13 +227,19 @@ def _attempts_note(n: int, limit: int) -> str:
     return (f" x{n}" if n else "") + (" spent" if is_spent(n, limit) else "")
 
 
-def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False) -> str | None:
+def _source_levels(obs: Observation, source: bool) -> dict[str, dict[str, int]] | None:
+    """Card name → stated skill levels, for the styles whose result lines name their source."""
+    return {c.name: card_levels(c) for c in obs.cards} if source else None
+
+
+def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False, source: bool = False) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
     if not parts:
         return None
     status = part_status(obs.history, parts)
     limit = obs.max_part_attempts
+    levels = _source_levels(obs, source)
     if kind == "plan":
         lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status, tiers))]
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
@@ -225,10 +247,10 @@ def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False)
     head = ["### parts"]
     for p in parts:
         deps = f" <{','.join(p.deps)}" if p.deps else ""
-        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, status, limit)}")
+        head.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}{deps}: {_part_state(p, status, limit, levels)}")
     return "\n".join(head + [
         # the final part's state again, next to the decision that depends on it most (answer or not)
-        f"### final: {sink}" + (f" {_part_state(by_id[sink], status, limit)}" if sink in by_id else ""),
+        f"### final: {sink}" + (f" {_part_state(by_id[sink], status, limit, levels)}" if sink in by_id else ""),
         f"### budget: {obs.milestones_left} milestones, {obs.subtasks_left} subtasks left",
         "### decide: milestone",
     ]) + "\n"
@@ -267,8 +289,9 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
     if kind == "milestone":
         by_id = {p.id: p for p in parts}
         limit = obs.max_part_attempts
-        final = f"### final: {sink} {_part_state(by_id[sink], status, limit)}" if sink in by_id else "### final: -"
-        return [_act_question(p, by_id, status, limit, final) for p in actionable_parts(obs, parts, status)]
+        levels = _source_levels(obs, style in SOURCE_STYLES)
+        final = f"### final: {sink} {_part_state(by_id[sink], status, limit, levels)}" if sink in by_id else "### final: -"
+        return [_act_question(p, by_id, status, limit, final, levels) for p in actionable_parts(obs, parts, status)]
     return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
             for line in _slot_lines(obs, parts, status, style in TIER_STYLES)] or None
 
@@ -281,12 +304,13 @@ def actionable_parts(obs: Observation, parts: list[Part], status: dict[str, Part
     return [p for p in parts if not is_spent(status[p.id].attempts, obs.max_part_attempts) and deps_met(p, status)]
 
 
-def _act_question(part: Part, by_id: dict[str, Part], status: dict[str, PartStatus], limit: int, final: str) -> str:
+def _act_question(part: Part, by_id: dict[str, Part], status: dict[str, PartStatus], limit: int, final: str,
+                  levels: dict[str, dict[str, int]] | None = None) -> str:
     """``### part: P3 compute hard: 0.41 x1`` / ``### uses: P1 0.77 x1, P2 0.58 x2`` / the final
-    part's line / ``### decide: act on P3``."""
-    uses = ", ".join(f"{d} {_part_state(by_id[d], status, limit)}" for d in part.deps if d in by_id) or "-"
+    part's line / ``### decide: act on P3`` (with ``levels``, results name their source's level)."""
+    uses = ", ".join(f"{d} {_part_state(by_id[d], status, limit, levels)}" for d in part.deps if d in by_id) or "-"
     return "\n".join([
-        f"### part: {part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}: {_part_state(part, status, limit)}",
+        f"### part: {part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}: {_part_state(part, status, limit, levels)}",
         f"### uses: {uses}", final, f"### decide: act on {part.id}"]) + "\n"
 
 

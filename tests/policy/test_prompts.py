@@ -8,6 +8,7 @@ from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 from e3orch.policy.prompts import (
+    asks_about_result,
     join_answers,
     policy_prompt_style,
     render_prompt,
@@ -209,6 +210,28 @@ def test_per_part_asks_each_part_the_engine_would_still_run() -> None:
     assert sub_prompts(broke, "milestone", "per_part") == []
     assert join_answers(broke, [], "milestone") == "ANSWER: P3"
     assert sub_prompts(obs, "milestone", "factored") is None  # asked whole there
+
+
+def test_per_part_source_names_the_level_of_the_card_that_reported_each_result() -> None:
+    # web-search states it is good at retrieval, the frontier model strong: the same confidence
+    # is likelier right from the stronger card, and only this style lets the policy tell them apart
+    frontier = MilestoneRecord(
+        "Solve P2", Plan((Subtask("S1", "frontier-llm", "Solve P2."),)),
+        [ExecutionResult("S1", "frontier-llm", True, "P2 = Velola25 (confidence 0.63)")])
+    obs = _obs((LOW, frontier), None)
+    assert sub_prompts(obs, "milestone", "per_part_source") == [
+        "### part: P1 retrieve easy: 0.92 good x1\n### uses: -\n### final: P3 open\n### decide: act on P1\n",
+        "### part: P2 retrieve easy: 0.63 strong x2\n### uses: -\n### final: P3 open\n### decide: act on P2\n",
+        "### part: P3 reason normal: open\n### uses: P1 0.92 good x1, P2 0.63 strong x2\n### final: P3 open\n"
+        "### decide: act on P3\n",
+    ]
+    assert render_prompt(obs, "milestone", style="per_part_source").split("\n")[1:4] == [
+        "P1 retrieve easy: 0.92 good x1", "P2 retrieve easy: 0.63 strong x2", "P3 reason normal <P1,P2: open"]
+    # plans are asked as in per_part; a failed attempt names no card
+    assert sub_prompts(obs, "plan", "per_part_source") == sub_prompts(obs, "plan", "per_part")
+    assert sub_prompts(_obs(HISTORY, None), "milestone", "per_part_source")[1].startswith(  # type: ignore[index]
+        "### part: P2 retrieve easy: failed x1\n")
+    assert asks_about_result(sub_prompts(obs, "milestone", "per_part_source")[1])  # type: ignore[index]
 
 
 def test_per_part_answers_join_into_a_milestone_and_split_back() -> None:
