@@ -48,21 +48,22 @@ def test_by_source_repairs_by_the_level_of_the_card_that_reported_a_result() -> 
     # from the first and kept from the second; a 0.55 is repaired from either, a 0.8 from neither
     cards = tuple(load_pool_specs(POOL))
     question = "A lookup.\nP1: (simple) Find the capital of Norvia.\nFinal answer: the result of P1."
-    table = TableOrchestrator(replace(handwritten_table("heuristic"), accept_by_level=SOURCE_ACCEPT))
+    by_source = TableOrchestrator(replace(handwritten_table("heuristic"), accept_by_level=SOURCE_ACCEPT))
+    plain = TableOrchestrator(handwritten_table("heuristic"))
 
-    def milestone(executor: str, confidence: float) -> str:
+    def milestone(table: TableOrchestrator, executor: str, confidence: float) -> str:
         rec = MilestoneRecord("Solve P1", Plan((Subtask("S1", executor, "Solve P1."),)),
                               [ExecutionResult("S1", executor, True, f"P1 = Oslo (confidence {confidence:.2f})")])
         obs = Observation(task_id="t", question=question, cards=cards, history=(rec,), pending_milestone=None,
                           milestones_left=10, subtasks_left=30, cost_left=50.0, max_plan_subtasks=8)
         return asyncio.run(table.decide(obs, "milestone"))
 
-    assert [milestone("web-search", c) for c in (0.55, 0.7, 0.8)] == ["MILESTONE: Solve P1", "MILESTONE: Solve P1", "ANSWER: P1"]
-    assert [milestone("frontier-llm", c) for c in (0.55, 0.7, 0.8)] == ["MILESTONE: Solve P1", "ANSWER: P1", "ANSWER: P1"]
+    assert [milestone(by_source, "web-search", c) for c in (0.55, 0.7, 0.8)] == [
+        "MILESTONE: Solve P1", "MILESTONE: Solve P1", "ANSWER: P1"]
+    assert [milestone(by_source, "frontier-llm", c) for c in (0.55, 0.7, 0.8)] == [
+        "MILESTONE: Solve P1", "ANSWER: P1", "ANSWER: P1"]
     # without it, the rule's one threshold (0.6) for both
-    plain = TableOrchestrator(handwritten_table("heuristic"))
-    table = plain
-    assert [milestone("web-search", 0.7), milestone("frontier-llm", 0.55)] == ["ANSWER: P1", "MILESTONE: Solve P1"]
+    assert [milestone(plain, "web-search", 0.7), milestone(plain, "frontier-llm", 0.55)] == ["ANSWER: P1", "MILESTONE: Solve P1"]
     assert plain.table.to_dict()["accept"] == 0.6
 
 

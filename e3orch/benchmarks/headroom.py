@@ -37,7 +37,7 @@ from e3orch.evaluation.evaluate import SystemMetrics, limit_per_benchmark, run_s
 from e3orch.executors.base import SKILLS, Pool
 from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.handwritten import Router, RuleOrchestrator
-from e3orch.orchestration.reading import Part, PartStatus, card_levels
+from e3orch.orchestration.reading import Part, PartStatus
 
 STRONGEST = 9  # "the strongest card at the skill" (cheapest among equals), as heuristic repairs
 NEEDS = (1, 2, 3, STRONGEST)
@@ -92,7 +92,8 @@ class TableOrchestrator(RuleOrchestrator):
         self._levels: dict[str, dict[str, int]] = {}
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
-        self._levels = {c.name: card_levels(c) for c in obs.cards}
+        if self.table.accept_by_level is not None:  # the fitted tables never read them: no parsing on their hot path
+            self._levels = Router(obs.cards).levels
         return await super().decide(obs, kind)
 
     def accepted(self, st: PartStatus) -> bool:

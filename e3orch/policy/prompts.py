@@ -240,10 +240,10 @@ def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False,
         return None
     status = part_status(obs.history, parts)
     limit = obs.max_part_attempts
-    levels = _source_levels(obs, source)
     if kind == "plan":
         lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status, tiers))]
         return "\n".join(lines + [f"### decide: plan for {obs.pending_milestone}"]) + "\n"
+    levels = _source_levels(obs, source)
     by_id = {p.id: p for p in parts}
     head = ["### parts"]
     for p in parts:
