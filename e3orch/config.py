@@ -342,6 +342,11 @@ class TrainConfig(_Section):
         False, description="leave decisions whose advantage is exactly 0, and merged copies whose advantages cancel, out "
                             "of the update (their policy-gradient term is 0; only their KL term goes); each tree's kept "
                             "decisions share its weight")
+    anchor: Literal["all", "spine"] = Field(
+        "all", description="with skip_zero_advantage false, which decisions of advantage exactly 0 stay in the update for "
+                           "their KL term: all, or only the spine's (the first child at every branch point: the greedy "
+                           "episode a rollout.spine tree branches from); with rollout.continuation policy the children's "
+                           "greedy continuations are most of a round's decisions and of its update time")
     old_logprobs: Literal["auto", "rollout", "recompute"] = Field(
         "auto", description="the log-probs the clip ratio starts from: those the rollout recorded, or the trainer's own "
                             "(one forward pass before the update; vLLM omits the stop token's and computes in its own "

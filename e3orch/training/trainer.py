@@ -138,8 +138,19 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
+def spine_nodes(scored: pl.DataFrame) -> set[str]:
+    """The nodes on the first child at every branch point from each tree's root: with
+    ``rollout.spine``, the greedy episode the tree's alternatives branch from."""
+    first = scored.filter(pl.col("sibling_index") == 0).sort("depth")
+    out: set[str] = set()
+    for node, parent in zip(first["node_id"].to_list(), first["parent_id"].to_list()):
+        if not parent or parent in out:
+            out.add(node)
+    return out
+
+
 def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
-                         skip_zero_advantage: bool = False) -> list[Example]:
+                         skip_zero_advantage: bool = False, anchor: str = "all") -> list[Example]:
     """Decisions → training examples (completion ids and old log-probs as sampled).
 
     A plan asked one slot at a time (``policy.prompt: factored`` or ``per_part``) becomes one
@@ -155,9 +166,15 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     copies apart, but it is taken whole in one optimizer step: apart, copies whose advantages
     cancel (a greedy slot answer at +a in one sibling, -a in another) landed in different
     minibatches and moved the policy back and forth.
+
+    ``anchor="spine"`` keeps, of the decisions with advantage 0, only those on the spine
+    (:func:`spine_nodes`): every comparison still trains, and the KL term anchors the states the
+    greedy policy visits, not every state of every alternative's continuation.
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
+    elif anchor == "spine":
+        scored = scored.filter((pl.col("advantage") != 0.0) | pl.col("node_id").is_in(list(spine_nodes(scored))))
     merged: dict[tuple[str, tuple[int, ...], tuple[int, ...]], Example] = {}
     for row in scored.iter_rows(named=True):
         if not row["token_ids"]:
@@ -539,7 +556,7 @@ class RLTrainer:
         """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
         examples = examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len,
-                                        skip_zero_advantage=self.cfg.skip_zero_advantage)
+                                        skip_zero_advantage=self.cfg.skip_zero_advantage, anchor=self.cfg.anchor)
         if self.recomputes_old_logprobs:
             self.recompute_old_logprobs(examples)
         up = self.update(examples)

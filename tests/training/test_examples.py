@@ -109,3 +109,20 @@ def test_skip_zero_advantage_drops_copies_whose_advantages_cancel(tokenizer) -> 
     kept = examples_from_scored(scored, tokenizer, 256, skip_zero_advantage=True)
     assert sorted((e.completion_ids, e.advantage, e.weight) for e in kept) == [(one, 0.2, 0.5), (two, -0.2, 0.5)]
     assert len(examples_from_scored(scored, tokenizer, 256)) == 3  # without it the cancelled copy stays
+
+
+def test_spine_anchor_keeps_comparisons_and_the_spines_zero_advantage_decisions(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    # spine r -> m1 -> p1 -> m2 (greedy); at m1 an alternative a1 with its continuation a1c; at p1 an alternative b1
+    nodes = [("r", "", 0, 0, 0.0), ("m1", "r", 1, 0, 0.1), ("a1", "r", 1, 1, -0.1), ("a1c", "a1", 2, 0, 0.0),
+             ("p1", "m1", 2, 0, 0.0), ("b1", "m1", 2, 1, 0.0), ("m2", "p1", 3, 0, 0.0), ("b1c", "b1", 3, 0, 0.0)]
+    scored = _scored({"t": [a for *_, a in nodes]}).with_columns(
+        node_id=pl.Series([n for n, *_ in nodes]), parent_id=pl.Series([p for _, p, *_ in nodes]),
+        depth=pl.Series([d for _, _, d, _, _ in nodes]), sibling_index=pl.Series([i for *_, i, _ in nodes]))
+    from e3orch.training.trainer import spine_nodes
+
+    assert spine_nodes(scored) == {"r", "m1", "p1", "m2"}
+    kept = examples_from_scored(scored, tokenizer, 256, anchor="spine")
+    # the spine's four (two of them at advantage 0) and the alternative a1 (-0.1); b1 and both continuations go
+    assert [(e.advantage, e.weight) for e in kept] == [(0.0, 0.2), (0.1, 0.2), (-0.1, 0.2), (0.0, 0.2), (0.0, 0.2)]
+    assert len(examples_from_scored(scored, tokenizer, 256)) == len(nodes)
+    assert len(examples_from_scored(scored, tokenizer, 256, anchor="spine", skip_zero_advantage=True)) == 2
