@@ -8,7 +8,7 @@ from conftest import write_tiny_params
 
 from e3orch.config import load_params
 from e3orch.policy.model import create_default_policy
-from e3orch.training.trainer import examples_from_scored
+from e3orch.training.trainer import examples_from_scored, spine_nodes
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +118,9 @@ def test_spine_anchor_keeps_comparisons_and_the_spines_zero_advantage_decisions(
     scored = _scored({"t": [a for *_, a in nodes]}).with_columns(
         node_id=pl.Series([n for n, *_ in nodes]), parent_id=pl.Series([p for _, p, *_ in nodes]),
         depth=pl.Series([d for _, _, d, _, _ in nodes]), sibling_index=pl.Series([i for *_, i, _ in nodes]))
-    from e3orch.training.trainer import spine_nodes
-
     assert spine_nodes(scored) == {"r", "m1", "p1", "m2"}
     kept = examples_from_scored(scored, tokenizer, 256, anchor="spine")
-    # the spine's four (two of them at advantage 0) and the alternative a1 (-0.1); b1 and both continuations go
+    # the spine's four (three of them at advantage 0) and the alternative a1 (-0.1); b1 and both continuations go
     assert [(e.advantage, e.weight) for e in kept] == [(0.0, 0.2), (0.1, 0.2), (-0.1, 0.2), (0.0, 0.2), (0.0, 0.2)]
     assert len(examples_from_scored(scored, tokenizer, 256)) == len(nodes)
     assert len(examples_from_scored(scored, tokenizer, 256, anchor="spine", skip_zero_advantage=True)) == 2
