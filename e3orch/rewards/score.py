@@ -11,7 +11,7 @@ import polars as pl
 from e3orch.config import RewardsConfig, lookahead_at
 from e3orch.rewards.advantages import ESTIMATOR_AUX, NodeKey, get_estimator
 from e3orch.rewards.terms import NodeFacts, make_terms, total_reward
-from e3orch.rollout.records import SCORED_SCHEMA
+from e3orch.rollout.records import SCORED_SCHEMA, spine_nodes
 
 _NO_ANSWER = {"no_answer"}
 
@@ -109,19 +109,6 @@ def _follows(path: list[str], first: dict[str, bool], branched: dict[str, bool],
     return True
 
 
-def _below_alternative(rows: list[dict[str, Any]]) -> list[bool]:
-    """Per decision, whether a decision above it was not its branch point's first child."""
-    by_id = {r["node_id"]: r for r in rows}
-    out = []
-    for r in rows:
-        up, below = by_id.get(r["parent_id"]), False
-        while up is not None and not below:
-            below = up["sibling_index"] > 0
-            up = by_id.get(up["parent_id"])
-        out.append(below)
-    return out
-
-
 def _clip_zero_sum(adv: list[float], keys: list[NodeKey], c: float) -> list[float]:
     """Advantages clipped to [-c, c], then, within each group of siblings, re-centred on their
     mean. Siblings' advantages sum to zero as every sibling estimator makes them, and must go on
@@ -197,7 +184,8 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
         aux = [max(reward_of(c)[3] for c in cands) for cands in continuation_facts(rows, facts, leaf, lookahead, lookahead_from)]
     adv = estimator(keys, cols["reward"], cfg.normalize_std, aux)  # type: ignore[arg-type]
     if lookahead:  # a lookahead branch is there to judge the alternative above it, not to train its own choices
-        adv = [0.0 if below else a for a, below in zip(adv, _below_alternative(rows))]
+        spine = spine_nodes(nodes)  # below an alternative: a decision whose parent is off the spine
+        adv = [0.0 if r["parent_id"] and r["parent_id"] not in spine else a for a, r in zip(adv, rows)]
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
     if cfg.advantage_clip is not None:

@@ -135,6 +135,18 @@ _NODE_DTYPES = {name: col.dtype.type for name, col in NODE_SCHEMA.columns.items(
 _LEAF_DTYPES = {name: col.dtype.type for name, col in LEAF_SCHEMA.columns.items()}
 
 
+def spine_nodes(nodes: pl.DataFrame) -> set[str]:
+    """The nodes on the first child at every branch point from each tree's root: with
+    ``rollout.spine``, the greedy episode the tree's alternatives branch from. A node off it lies
+    below an alternative (or is one)."""
+    first = nodes.filter(pl.col("sibling_index") == 0).sort("depth")
+    out: set[str] = set()
+    for node, parent in zip(first["node_id"].to_list(), first["parent_id"].to_list()):
+        if not parent or parent in out:
+            out.add(node)
+    return out
+
+
 def nodes_frame(nodes: list[DecisionNode]) -> pl.DataFrame:
     df = pl.DataFrame([n.row() for n in nodes], schema=_NODE_DTYPES)
     return NODE_SCHEMA.validate(df, lazy=True)

@@ -35,7 +35,7 @@ from e3orch.executors.base import ExecutorSpec
 from e3orch.files import write_text_atomic
 from e3orch.policy.backends.base import prompt_ids
 from e3orch.rewards.score import score_nodes
-from e3orch.rollout.records import leaves_frame, nodes_frame
+from e3orch.rollout.records import leaves_frame, nodes_frame, spine_nodes
 from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
 from e3orch.training.data import Example, collate, completion_logprobs, make_batches
 from e3orch.training.optim import finite_step
@@ -136,17 +136,6 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
 
         return max((v for v in validation if holds_accuracy(v, first, tolerance)), key=score)
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
-
-
-def spine_nodes(scored: pl.DataFrame) -> set[str]:
-    """The nodes on the first child at every branch point from each tree's root: with
-    ``rollout.spine``, the greedy episode the tree's alternatives branch from."""
-    first = scored.filter(pl.col("sibling_index") == 0).sort("depth")
-    out: set[str] = set()
-    for node, parent in zip(first["node_id"].to_list(), first["parent_id"].to_list()):
-        if not parent or parent in out:
-            out.add(node)
-    return out
 
 
 def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,

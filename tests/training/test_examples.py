@@ -8,7 +8,8 @@ from conftest import write_tiny_params
 
 from e3orch.config import load_params
 from e3orch.policy.model import create_default_policy
-from e3orch.training.trainer import examples_from_scored, spine_nodes
+from e3orch.rollout.records import spine_nodes
+from e3orch.training.trainer import examples_from_scored
 
 
 @pytest.fixture(scope="module")
