@@ -352,6 +352,10 @@ class TrainConfig(_Section):
                             "(one forward pass before the update; vLLM omits the stop token's and computes in its own "
                             "kernels and precision); auto: recompute with policy.backend vllm, keep the in-process "
                             "transformers backend's (the trainer's own module: the same numbers)")
+    save_rounds: bool = Field(
+        False, description="also write every round's policy to <checkpoint_dir>/round-<N> (a later run's round N "
+                           "replaces it): the training trajectory, to evaluate round by round; not part of the resume "
+                           "fingerprint")
     validate_rounds: bool = Field(True, description="run the warm start and every round greedily on the validation split")
     validate_pools: list[Literal["training", "randomized"]] = Field(
         ["training", "randomized"], min_length=1,

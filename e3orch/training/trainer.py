@@ -278,6 +278,7 @@ class RLTrainer:
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
         knobs = {k: getattr(self.params, k).model_dump() for k in ("engine", "policy", "rollout", "rewards", "train")}
         knobs["train"].pop("rounds")  # asking for more rounds continues the same run
+        knobs["train"].pop("save_rounds")  # what else a run writes does not change the run
         h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
@@ -697,6 +698,8 @@ def train_rl(
             m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
         t0 = time.perf_counter()
         trainer.save_checkpoint()
+        if cfg.save_rounds:  # beside the state folders, which save_checkpoint's clean-up leaves alone
+            trainer.save_policy(trainer.ckpt / f"round-{trainer.round}")
         m.time_checkpoint_s = time.perf_counter() - t0
         history.append(m)
         if on_round:

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 from conftest import default_rl_sections, write_tiny_params
+from safetensors.torch import load_file
 
 from e3orch.cli import main
 from e3orch.executors.base import load_pool_specs
@@ -99,7 +100,7 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
     root = pipeline / "select"
     params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
                                train={"rounds": 2, "validate_rounds": True, "select": "best",
-                                      "validate_pools": ["training", "randomized"],
+                                      "validate_pools": ["training", "randomized"], "save_rounds": True,
                                       "checkpoint_dir": str(root / "ckpt")})
     out = root / "rounds.json"
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"), "--no-resume",
@@ -128,12 +129,21 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
     assert sorted(d.name for d in (root / "ckpt").glob("best-*")) == [f"best-{best['round']}"]
     meta = json.loads((root / "policy/e3orch_policy.json").read_text())
     assert (meta["rounds"], meta["val_accuracy"], meta["val_cost"]) == (best["round"], best["val_accuracy"], best["val_cost"])
+    # save_rounds: every round's policy, beside the state the clean-up removes; the written policy is one of them
+    assert sorted(d.name for d in (root / "ckpt").glob("round-*")) == ["round-1", "round-2"]
+    assert [json.loads((root / f"ckpt/round-{r}/e3orch_policy.json").read_text())["rounds"] for r in (1, 2)] == [1, 2]
+    round_weights = [load_file(str(root / f"ckpt/round-{r}/model.safetensors")) for r in (1, 2)]
+    state = load_file(str(root / "ckpt/state-2/model.safetensors"))  # the checkpoint the next round would resume from
+    assert set(state) & set(round_weights[1])
+    assert all(torch.equal(state[k], v) for k, v in round_weights[1].items() if k in state)
+    if best["round"] > 0:
+        written = load_file(str(root / "policy/model.safetensors"))
+        assert all(torch.equal(written[k], round_weights[best["round"] - 1][k]) for k in written)
     if best["round"] == 0:  # the warm start's own weights
-        from safetensors.torch import load_file
-
         a, b = load_file(root / "policy/model.safetensors"), load_file(pipeline / "models/warmstart/model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a)
-    # resumed with one more round: the warm start's line again, from the checkpoint, not re-validated
+    # resumed with one more round (save_rounds off now: not part of what a checkpoint must match): the warm
+    # start's line again, from the checkpoint, not re-validated; no round-3 folder
     params = write_tiny_params(pipeline, prepare={"val_per_domain": 2},
                                train={"rounds": 3, "validate_rounds": True, "select": "best",
                                       "validate_pools": ["training", "randomized"],
@@ -143,6 +153,7 @@ def test_train_validates_every_round_and_writes_the_best(pipeline: Path, capsys:
     assert warm_line in capsys.readouterr().out
     assert [r["round"] for r in json.loads(out.read_text())] == [3]
     assert [v["round"] for v in json.loads((root / "ckpt/round.json").read_text())["validation"]] == [0, 1, 2, 3]
+    assert sorted(d.name for d in (root / "ckpt").glob("round-*")) == ["round-1", "round-2"]
 
 
 def test_select_best_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
