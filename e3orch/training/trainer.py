@@ -697,9 +697,9 @@ def train_rl(
         if cfg.hold_accuracy is not None:
             m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
         t0 = time.perf_counter()
+        if cfg.save_rounds:  # before the checkpoint (a run killed in between redoes the round and rewrites it),
+            trainer.save_policy(trainer.ckpt / f"round-{trainer.round}")  # beside the folders its clean-up removes
         trainer.save_checkpoint()
-        if cfg.save_rounds:  # beside the state folders, which save_checkpoint's clean-up leaves alone
-            trainer.save_policy(trainer.ckpt / f"round-{trainer.round}")
         m.time_checkpoint_s = time.perf_counter() - t0
         history.append(m)
         if on_round:
