@@ -18,8 +18,8 @@ from e3orch.executors.base import ConfigError
 from e3orch.files import read_yaml
 
 # policy.prompt (policy/prompts.py renders them)
-PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_source", "full"]
-PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_source")  # styles that ask a milestone one part at a time
+PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_source", "per_part_menu", "full"]
+PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_source", "per_part_menu")  # styles that ask a milestone one part at a time
 FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 
 DEFAULT_PARAMS = "params.yaml"
@@ -137,7 +137,8 @@ class PolicyConfig(_Section):
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
         "cheap, mid, pricey, premium); per_part_source: per_part, with each result's line naming the stated level, at "
-        "the part's skill, of the card that reported it; full: cards, task text and history (for pretrained LLMs)")
+        "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
+        "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)
@@ -286,11 +287,18 @@ class WarmstartConfig(_Section):
     explore_accept: tuple[float, float] = Field(
         (0.55, 0.7), description="explore's repair threshold: each result is repaired below a confidence drawn uniformly "
         "in [low, high); low = high: that fixed threshold ([0.6, 0.6]: the rules')")
+    explore_accept_free: tuple[float, float] | None = Field(
+        None, description="explore's repair threshold instead, for a result whose part has a card at least good at its "
+        "skill priced as a tool (tier free: a repair costs next to nothing); null: explore_accept for every result")
     epochs: float = Field(3.0, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
     retry_oversample: int = Field(
         1, ge=1, description="copies of each milestone decision after the first (retries and the move to the final part)")
+    result_oversample: int = Field(
+        1, ge=1, description="per_part styles: copies of each question whether to act on a part that already has a result "
+        "(repair or move on), instead of retry_oversample: the warm start's repair probability at each confidence is what "
+        "RL's comparisons can move")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")
@@ -314,9 +322,9 @@ class WarmstartConfig(_Section):
             raise ValueError(f"teachers: negative weight for {', '.join(negative)}")
         if not any(w > 0 for w in self.teachers.values()):
             raise ValueError("teachers: at least one teacher needs a positive weight")
-        low, high = self.explore_accept
-        if not 0 <= low <= high <= 1:
-            raise ValueError(f"explore_accept: need 0 <= low <= high <= 1, got [{low}, {high}]")
+        for key, bounds in (("explore_accept", self.explore_accept), ("explore_accept_free", self.explore_accept_free)):
+            if bounds is not None and not 0 <= bounds[0] <= bounds[1] <= 1:
+                raise ValueError(f"{key}: need 0 <= low <= high <= 1, got [{bounds[0]}, {bounds[1]}]")
         return self
 
 

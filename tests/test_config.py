@@ -175,6 +175,8 @@ def _error(data: dict[str, Any]) -> str:
         ({"warmstart": {"teachers": {"heuristic": 1.0, "explore": -0.5}}}, "warmstart.teachers", "negative weight for explore"),
         ({"policy": {"dtype": "float64x"}}, "policy.dtype", "'float64x'"),
         ({"warmstart": {"explore_accept": [0.7, 0.5]}}, "warmstart.explore_accept", "need 0 <= low <= high <= 1"),
+        ({"warmstart": {"explore_accept_free": [0.9, 1.2]}}, "warmstart.explore_accept_free", "need 0 <= low <= high <= 1"),
+        ({"warmstart": {"result_oversample": 0}}, "warmstart.result_oversample", "greater than or equal to 1"),
         ({"rollout": {"continuation": "heurstic", "spine": True}}, "rollout.continuation", "'heurstic'"),
         ({"rollout": {"spine": False}}, "rollout.continuation", "needs rollout.spine"),
         ({"rollout": {"shared_noise": False, "common_executor_noise": False}}, "rollout.continuation",

@@ -36,6 +36,7 @@ from e3orch.orchestration.protocol import render_answer, render_milestone, rende
 from e3orch.orchestration.reading import (
     MENU_NEEDS,
     PART_TAG_RE,
+    PRICE_NAMES,
     SKILL_WORDS,
     Part,
     PartStatus,
@@ -43,6 +44,7 @@ from e3orch.orchestration.reading import (
     cheapest_at_least,
     parse_parts,
     part_status,
+    price_tier,
     strongest,
 )
 from e3orch.orchestration.types import Subtask
@@ -166,12 +168,22 @@ class ExploreOrchestrator(RuleOrchestrator):
     With ``accept=(low, high)`` it also draws, for each result, the confidence below which it is
     repaired (uniform in [low, high), the same for the same result in every state of the
     episode; ``low == high``: that fixed threshold): the repair-or-move-on choice gets
-    probability mass too."""
+    probability mass too. With ``accept_free`` as well, a result whose part's skill has a card at
+    least good at it priced as a tool (tier ``free``: a repair costs next to nothing) draws its
+    threshold there instead: the repair-or-move-on choice then depends on what a repair costs."""
 
     def __init__(self, name: str, only: str | None = None, seed: int = 0,
-                 accept: tuple[float, float] | None = None) -> None:
+                 accept: tuple[float, float] | None = None, accept_free: tuple[float, float] | None = None) -> None:
         super().__init__(name, only, seed)
         self.accept = accept
+        self.accept_free = accept_free
+        self._free_skills: frozenset[str] = frozenset()
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        if self.accept_free is not None:  # skills with a card at least good at them priced as a tool
+            self._free_skills = frozenset(skill for skill in SKILL_WORDS for c in obs.cards
+                                          if card_levels(c)[skill] >= 2 and price_tier(c) == PRICE_NAMES[0])
+        return await super().decide(obs, kind)
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
@@ -180,7 +192,7 @@ class ExploreOrchestrator(RuleOrchestrator):
     def accepted(self, st: PartStatus) -> bool:
         if self.accept is None or st.value is None:
             return super().accepted(st)
-        low, high = self.accept
+        low, high = self.accept_free if self.accept_free is not None and st.skill in self._free_skills else self.accept
         u = random.Random(stable_seed(self.seed, "accept", st.value, st.attempts)).random()
         return st.confidence >= low + (high - low) * u
 
@@ -235,9 +247,11 @@ class RandomOrchestrator(RuleOrchestrator):
 
 
 def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,
-                     explore_accept: tuple[float, float] | None = None) -> Orchestrator:
+                     explore_accept: tuple[float, float] | None = None,
+                     explore_accept_free: tuple[float, float] | None = None) -> Orchestrator:
     """``heuristic`` | ``thrifty`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``
-    (and the warm-start teacher ``explore``, whose repair threshold ``explore_accept`` may draw)."""
+    (and the warm-start teacher ``explore``, whose repair threshold ``explore_accept`` — and, for
+    results a repair costs next to nothing for, ``explore_accept_free`` — may draw)."""
     if name.startswith("single:"):
         executor = name.split(":", 1)[1]
         if executor not in pool_names:
@@ -251,5 +265,5 @@ def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,
             "or a policy checkpoint directory"
         )
     if name == "explore":
-        return ExploreOrchestrator(name, seed=seed, accept=explore_accept)
+        return ExploreOrchestrator(name, seed=seed, accept=explore_accept, accept_free=explore_accept_free)
     return classes[name](name, seed=seed)

@@ -48,6 +48,13 @@
   strong card's below 0.6 makes ``heuristic`` 5.7 points more accurate and ``thrifty`` 14.2 on
   the default pool; a warm start taught by rules that ignore the source ignores it too, and RL
   has not taught it to read it (docs/benchmarks.md, "Who reported a result").
+* ``per_part_menu`` — ``per_part``, with a question about a part that already has a result also
+  showing the part's menu as a plan slot shows it (``### repair: #1 good 0.03 | #2 strong 22``).
+  Why: whether a repair pays depends on what it costs — a lookup repaired by a search tool
+  costs next to nothing, a reasoning result repaired by a reasoner a tenth of a task's budget —
+  and ``per_part`` asks it without the price, so RL's comparisons of repairs (favourable for
+  lookups, unfavourable for reasoning) average out over skills (docs/benchmarks.md, "What a
+  repair costs").
 
 Either way executors appear only through their cards — never as fixed output classes — so a pool
 the policy never saw is just another set of cards.
@@ -87,6 +94,7 @@ from e3orch.orchestration.types import MilestoneRecord
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
 TIER_STYLES = ("per_part_tiers",)  # styles whose menus show price tiers instead of prices
 SOURCE_STYLES = ("per_part_source",)  # styles whose result lines name the reporting card's level
+MENU_STYLES = ("per_part_menu",)  # styles whose questions about a part with a result show its menu
 
 MAX_OUTPUT_CHARS = 160
 
@@ -261,18 +269,21 @@ def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatu
     """Per plan slot: ``P3 retrieve hard x1: #1 good 0.03 | #2 strong 22`` (the part, its skill,
     difficulty and attempts, and its menu: capable executors cheapest first, with level and price,
     or with ``tiers`` price tier: ``#1 good free | #2 strong premium``)."""
+    menus = _menu_texts(obs, parts, tiers)
+    by_id = {p.id: p for p in parts}
+    return [f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
+            f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: {menus[p.id]}"
+            for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone))]
+
+
+def _menu_texts(obs: Observation, parts: list[Part], tiers: bool = False) -> dict[str, str]:
+    """Part id → its menu as a plan slot shows it (``#1 good 0.03 | #2 strong 22``)."""
     levels = [card_levels(c) for c in obs.cards]
     menus = menus_for(parts, obs.cards, levels)
-    by_id = {p.id: p for p in parts}
-    lines = []
-    for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone)):
-        options = " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
+    return {p.id: " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
                              f"{price_tier(obs.cards[i]) if tiers else format(price_of(obs.cards[i]), '.2g')}"
-                             for k, i in enumerate(menus[p.id]))
-        lines.append(f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
-                     f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: "
-                     f"{options or '(no capable executor)'}")
-    return lines
+                             for k, i in enumerate(menus[p.id])) or "(no capable executor)"
+            for p in parts}
 
 
 def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "factored") -> list[str] | None:
@@ -291,8 +302,11 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
         by_id = {p.id: p for p in parts}
         limit = obs.max_part_attempts
         levels = _source_levels(obs, style in SOURCE_STYLES)
+        menus = _menu_texts(obs, parts) if style in MENU_STYLES else {}
         final = f"### final: {sink} {_part_state(by_id[sink], status, limit, levels)}" if sink in by_id else "### final: -"
-        return [_act_question(p, by_id, status, limit, final, levels) for p in actionable_parts(obs, parts, status)]
+        return [_act_question(p, by_id, status, limit, final, levels,
+                              menus.get(p.id) if status[p.id].attempts else None)
+                for p in actionable_parts(obs, parts, status)]
     return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
             for line in _slot_lines(obs, parts, status, style in TIER_STYLES)] or None
 
@@ -306,12 +320,14 @@ def actionable_parts(obs: Observation, parts: list[Part], status: dict[str, Part
 
 
 def _act_question(part: Part, by_id: dict[str, Part], status: dict[str, PartStatus], limit: int, final: str,
-                  levels: dict[str, dict[str, int]] | None = None) -> str:
-    """``### part: P3 compute hard: 0.41 x1`` / ``### uses: P1 0.77 x1, P2 0.58 x2`` / the final
-    part's line / ``### decide: act on P3`` (with ``levels``, results name their source's level)."""
+                  levels: dict[str, dict[str, int]] | None = None, menu: str | None = None) -> str:
+    """``### part: P3 compute hard: 0.41 x1`` / (with ``menu``: ``### repair: #1 good 0.03 | …``) /
+    ``### uses: P1 0.77 x1, P2 0.58 x2`` / the final part's line / ``### decide: act on P3`` (with
+    ``levels``, results name their source's level)."""
     uses = ", ".join(f"{d} {_part_state(by_id[d], status, limit, levels)}" for d in part.deps if d in by_id) or "-"
     return "\n".join([
         f"### part: {part.id} {part.skill} {DIFFICULTY_NAMES[part.difficulty]}: {_part_state(part, status, limit, levels)}",
+        *([f"### repair: {menu}"] if menu is not None else []),
         f"### uses: {uses}", final, f"### decide: act on {part.id}"]) + "\n"
 
 

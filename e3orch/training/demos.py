@@ -134,13 +134,15 @@ def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]
 async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine: EngineConfig, seed: int,
                    mix: dict[str, float], randomize: bool, style: PromptStyle,
                    actor: Orchestrator | None = None, stream: str = "demo", generated_share: float = 0.0,
-                   explore_accept: tuple[float, float] | None = None) -> tuple[list[Demo], list[Episode], int]:
+                   explore_accept: tuple[float, float] | None = None,
+                   explore_accept_free: tuple[float, float] | None = None) -> tuple[list[Demo], list[Episode], int]:
     async def one(task: Task) -> tuple[list[Demo], Episode, int]:
         rng = random.Random(stable_seed(stream, seed, task.task_id))
         task_specs = training_pool(specs, rng, generated_share) if randomize else list(specs)
         pool = build_pool(task_specs)
         teacher = pick_teacher(rng, pool.names, mix)
-        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed, explore_accept=explore_accept), style=style, actor=actor)
+        rec = Recorder(make_handwritten(teacher, pool.names, seed=seed, explore_accept=explore_accept,
+                                        explore_accept_free=explore_accept_free), style=style, actor=actor)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
         demos = [Demo(task.task_id, teacher, k, prompt, c, obs=o, correct=ep.correct, cost=ep.cost, style=style)
                  for k, o, taught in rec.records for prompt, c in _taught_pairs(k, o, taught, style)]
@@ -162,9 +164,11 @@ def collect_demonstrations(
     style: PromptStyle = "full",
     generated_share: float = 0.0,
     explore_accept: tuple[float, float] | None = None,
+    explore_accept_free: tuple[float, float] | None = None,
 ) -> tuple[list[Demo], list[Episode]]:
     demos, episodes, _ = asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style,
-                                              generated_share=generated_share, explore_accept=explore_accept))
+                                              generated_share=generated_share, explore_accept=explore_accept,
+                                              explore_accept_free=explore_accept_free))
     return demos, episodes
 
 
@@ -179,10 +183,11 @@ def collect_corrections(
     style: PromptStyle = "full",
     generated_share: float = 0.0,
     explore_accept: tuple[float, float] | None = None,
+    explore_accept_free: tuple[float, float] | None = None,
 ) -> tuple[list[Demo], list[Episode], int]:
     """The ``actor`` (a policy) runs the tasks on randomised pools; at every state it reaches, the
     task's teacher says what it would have done. Returns the teacher-labelled demos, the actor's
     episodes, and how many of its decisions matched the label exactly."""
     return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, True, style,
                                 actor=actor, stream="dagger", generated_share=generated_share,
-                                explore_accept=explore_accept))
+                                explore_accept=explore_accept, explore_accept_free=explore_accept_free))

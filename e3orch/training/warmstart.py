@@ -19,6 +19,7 @@ from e3orch.config import Params, WarmstartConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
+from e3orch.policy.prompts import asks_about_result
 from e3orch.training.data import Example, encode_pair, merge_copies
 from e3orch.training.demos import Demo, collect_corrections, collect_demonstrations
 from e3orch.training.sft import SFTStats, sft_train
@@ -32,9 +33,14 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     never stops (``answer_oversample``). Milestones after the first — which parts to retry, when
     to move to the final part — are the decisions the policy fits worst (``retry_oversample``).
     A ``per_part`` milestone is taught as per-part ``yes``/``no`` answers: there is no answer
-    decision to oversample (the answer is every part's ``no``)."""
+    decision to oversample (the answer is every part's ``no``); its questions about a part that
+    already has a result — repair it or move on — get ``result_oversample`` copies: they are a
+    small share of the questions, and fitted loosely the warm start repairs by the first digit of
+    the confidence only (docs/benchmarks.md, "Repair questions weighed more")."""
     if demo.completion.startswith("ANSWER:"):
         return cfg.answer_oversample
+    if demo.kind == "milestone" and asks_about_result(demo.prompt):
+        return cfg.result_oversample
     if demo.kind == "milestone" and demo.obs is not None and demo.obs.history:
         return cfg.retry_oversample
     return 1
@@ -69,7 +75,8 @@ def warmstart(
     tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
                                              style=params.policy.prompt, generated_share=cfg.generated_pool_share,
-                                             explore_accept=cfg.explore_accept)
+                                             explore_accept=cfg.explore_accept,
+                                             explore_accept_free=cfg.explore_accept_free)
     tokenizer = load_tokenizer(str(init))
     examples = []
     budget = params.policy.max_prompt_tokens
@@ -164,7 +171,8 @@ def correct(
         labels, episodes, agreed = collect_corrections(mine, specs, params.engine, actor, seed=cfg.seed + r,
                                                        mix=cfg.teachers, style=pc.prompt,
                                                        generated_share=cfg.generated_pool_share,
-                                                       explore_accept=cfg.explore_accept)
+                                                       explore_accept=cfg.explore_accept,
+                                             explore_accept_free=cfg.explore_accept_free)
         new = encode(labels)
         runs = [(e.correct, e.cost) for e in episodes]
         counts = [len(labels), agreed]

@@ -246,3 +246,29 @@ def test_explore_draws_its_repair_threshold_per_result_within_the_range() -> Non
     # a result without a value is never accepted; one result gets the same draw in every state
     assert not drawn.accepted(PartStatus(0, None, 0.9))
     assert [drawn.accepted(PartStatus(1, "v7", 0.625)) for _ in range(3)] in ([True] * 3, [False] * 3)
+
+
+def test_explore_draws_a_free_repairs_threshold_where_a_card_good_at_the_skill_is_priced_as_a_tool() -> None:
+    from e3orch.orchestration.episode import Observation
+    from e3orch.orchestration.handwritten import ExploreOrchestrator
+    from e3orch.orchestration.reading import PartStatus
+
+    specs = load_pool_specs(DEFAULT)
+    explore = make_handwritten("explore", [s.name for s in specs], explore_accept=(0.6, 0.6),
+                               explore_accept_free=(0.8, 0.8))
+    assert isinstance(explore, ExploreOrchestrator)
+    obs = Observation(task_id="t", question="P1: Find the capital.\nFinal answer: the result of P1.", cards=tuple(specs),
+                      history=(), pending_milestone=None, milestones_left=3, subtasks_left=9, cost_left=9.0,
+                      max_plan_subtasks=8)
+    asyncio.run(explore.decide(obs, "milestone"))
+    # the default pool: web-search (good at retrieval) and the calculator (strong at compute) are priced as tools;
+    # no card good at code or reasoning is
+    assert explore._free_skills == {"retrieve", "compute"}
+    assert not explore.accepted(PartStatus(1, "v", 0.7, skill="retrieve"))
+    assert explore.accepted(PartStatus(1, "v", 0.8, skill="retrieve"))
+    assert explore.accepted(PartStatus(1, "v", 0.7, skill="reason"))
+    assert not explore.accepted(PartStatus(1, "v", 0.59, skill="reason"))
+    # without explore_accept_free every skill draws in explore_accept
+    plain = make_handwritten("explore", [s.name for s in specs], explore_accept=(0.6, 0.6))
+    asyncio.run(plain.decide(obs, "milestone"))
+    assert plain.accepted(PartStatus(1, "v", 0.7, skill="retrieve"))

@@ -234,6 +234,23 @@ def test_per_part_source_names_the_level_of_the_card_that_reported_each_result()
     assert asks_about_result(sub_prompts(obs, "milestone", "per_part_source")[1])  # type: ignore[index]
 
 
+def test_per_part_menu_shows_what_a_repair_would_cost_on_questions_about_results() -> None:
+    obs = _obs((LOW,), None)
+    menu = "### repair: #1 good 0.03 | #2 good 0.03 | #3 strong 22\n"
+    assert sub_prompts(obs, "milestone", "per_part_menu") == [
+        "### part: P1 retrieve easy: 0.92 x1\n" + menu + "### uses: -\n### final: P3 open\n### decide: act on P1\n",
+        "### part: P2 retrieve easy: 0.41 x1\n" + menu + "### uses: -\n### final: P3 open\n### decide: act on P2\n",
+        # an open part: no repair to price
+        "### part: P3 reason normal: open\n### uses: P1 0.92 x1, P2 0.41 x1\n### final: P3 open\n"
+        "### decide: act on P3\n",
+    ]
+    # a failed attempt is a result to repair too; plans and the whole milestone are asked as in per_part
+    failed = sub_prompts(_obs(HISTORY, None), "milestone", "per_part_menu")[1]  # type: ignore[index]
+    assert failed.startswith("### part: P2 retrieve easy: failed x1\n" + menu) and asks_about_result(failed)
+    assert sub_prompts(obs, "plan", "per_part_menu") == sub_prompts(obs, "plan", "per_part")
+    assert render_prompt(obs, "milestone", style="per_part_menu") == render_prompt(obs, "milestone", style="per_part")
+
+
 def test_per_part_answers_join_into_a_milestone_and_split_back() -> None:
     obs = _obs((LOW,), None)
     assert join_answers(obs, ["no", "yes", "no"], "milestone") == "MILESTONE: Solve P2"

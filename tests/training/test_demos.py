@@ -76,6 +76,28 @@ def test_demo_copies_oversample_answers_and_later_milestones() -> None:
                                                                  for d in demos]
 
 
+def test_demo_copies_weigh_per_part_questions_about_results() -> None:
+    from e3orch.config import WarmstartConfig
+    from e3orch.policy.prompts import asks_about_result
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.warmstart import demo_copies
+
+    tasks = [generate_task(0, d, i, "train") for d in ("multihop", "math") for i in range(3)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    demos, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 1.0}, style="per_part")
+    cfg = WarmstartConfig(result_oversample=5, retry_oversample=2)
+    results = [d for d in demos if d.kind == "milestone" and asks_about_result(d.prompt)]
+    opened = [d for d in demos if d.kind == "milestone" and not asks_about_result(d.prompt)]
+    # repair-or-move-on questions: a result line (confidence and attempts), answered yes and no
+    assert results and {d.completion for d in results} == {"yes", "no"}
+    assert all(re.search(r"### part: P\d+ \w+ \w+: \d\.\d\d x\d", d.prompt) for d in results)
+    assert {demo_copies(d, cfg) for d in results} == {5}
+    # every other question keeps its copies: open parts of later milestones retry_oversample, the first milestone's one
+    assert {demo_copies(d, cfg) for d in opened} == {1, 2}
+    assert {demo_copies(d, cfg) for d in demos if d.kind == "plan"} == {1}
+    assert {demo_copies(d, WarmstartConfig()) for d in demos} == {1}
+
+
 def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
     from e3orch.policy.prompts import split_decision, sub_prompts
     from e3orch.training.demos import collect_demonstrations
