@@ -297,8 +297,8 @@ class WarmstartConfig(_Section):
         1, ge=1, description="copies of each milestone decision after the first (retries and the move to the final part)")
     result_oversample: int = Field(
         1, ge=1, description="per_part styles: copies of each question whether to act on a part that already has a result "
-        "(repair or move on), instead of retry_oversample: the warm start's repair probability at each confidence is what "
-        "RL's comparisons can move")
+        "(repair or move on), or retry_oversample's if more: the warm start's repair probability at each confidence is "
+        "what RL's comparisons can move")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")

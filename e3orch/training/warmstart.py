@@ -34,13 +34,14 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     to move to the final part — are the decisions the policy fits worst (``retry_oversample``).
     A ``per_part`` milestone is taught as per-part ``yes``/``no`` answers: there is no answer
     decision to oversample (the answer is every part's ``no``); its questions about a part that
-    already has a result — repair it or move on — get ``result_oversample`` copies: they are a
-    small share of the questions, and fitted loosely the warm start repairs by the first digit of
-    the confidence only (docs/benchmarks.md, "Repair questions weighed more")."""
+    already has a result — repair it or move on — get ``result_oversample`` copies (or
+    ``retry_oversample``'s, if more): they are a small share of the questions, and fitted loosely
+    the warm start repairs by the first digit of the confidence only (docs/benchmarks.md, "Repair
+    questions weighed more")."""
     if demo.completion.startswith("ANSWER:"):
         return cfg.answer_oversample
-    if demo.kind == "milestone" and asks_about_result(demo.prompt):
-        return cfg.result_oversample
+    if demo.kind == "milestone" and asks_about_result(demo.prompt):  # always a later milestone's question
+        return max(cfg.result_oversample, cfg.retry_oversample)
     if demo.kind == "milestone" and demo.obs is not None and demo.obs.history:
         return cfg.retry_oversample
     return 1

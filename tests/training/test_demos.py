@@ -96,6 +96,8 @@ def test_demo_copies_weigh_per_part_questions_about_results() -> None:
     assert {demo_copies(d, cfg) for d in opened} == {1, 2}
     assert {demo_copies(d, cfg) for d in demos if d.kind == "plan"} == {1}
     assert {demo_copies(d, WarmstartConfig()) for d in demos} == {1}
+    # never fewer than a later milestone's other questions get
+    assert {demo_copies(d, WarmstartConfig(retry_oversample=3)) for d in results} == {3}
 
 
 def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
