@@ -35,9 +35,9 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     A ``per_part`` milestone is taught as per-part ``yes``/``no`` answers: there is no answer
     decision to oversample (the answer is every part's ``no``); its questions about a part that
     already has a result — repair it or move on — get ``result_oversample`` copies (or
-    ``retry_oversample``'s, if more): they are a small share of the questions, and fitted loosely
-    the warm start repairs by the first digit of the confidence only (docs/benchmarks.md, "Repair
-    questions weighed more")."""
+    ``retry_oversample``'s, if more): they are a small share of the questions, and fitted at that
+    share a warm start may repair a result at 0.62 as rarely as one at 0.80 (docs/benchmarks.md,
+    "Repair questions weighed more")."""
     if demo.completion.startswith("ANSWER:"):
         return cfg.answer_oversample
     if demo.kind == "milestone" and asks_about_result(demo.prompt):  # always a later milestone's question
