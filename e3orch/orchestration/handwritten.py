@@ -180,9 +180,9 @@ class ExploreOrchestrator(RuleOrchestrator):
         self._free_skills: frozenset[str] = frozenset()
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
-        if self.accept_free is not None:  # skills with a card at least good at them priced as a tool
-            self._free_skills = frozenset(skill for skill in SKILL_WORDS for c in obs.cards
-                                          if card_levels(c)[skill] >= 2 and price_tier(c) == PRICE_NAMES[0])
+        if self.accept is not None and self.accept_free is not None:  # skills a card priced as a tool is at least good at
+            free = [card_levels(c) for c in obs.cards if price_tier(c) == PRICE_NAMES[0]]
+            self._free_skills = frozenset(skill for skill in SKILL_WORDS if any(lv[skill] >= 2 for lv in free))
         return await super().decide(obs, kind)
 
     def route(self, router: Router, part: Part, attempts: int) -> str:

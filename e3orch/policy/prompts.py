@@ -269,15 +269,16 @@ def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatu
     """Per plan slot: ``P3 retrieve hard x1: #1 good 0.03 | #2 strong 22`` (the part, its skill,
     difficulty and attempts, and its menu: capable executors cheapest first, with level and price,
     or with ``tiers`` price tier: ``#1 good free | #2 strong premium``)."""
-    menus = _menu_texts(obs, parts, tiers)
     by_id = {p.id: p for p in parts}
+    slots = [by_id[x] for x in plan_slots(parts, obs.pending_milestone)]
+    menus = _menu_texts(obs, slots, tiers)
     return [f"{p.id} {p.skill} {DIFFICULTY_NAMES[p.difficulty]}"
-            f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: {menus[p.id]}"
-            for p in (by_id[x] for x in plan_slots(parts, obs.pending_milestone))]
+            f"{_attempts_note(status[p.id].attempts, obs.max_part_attempts)}: {menus[p.id]}" for p in slots]
 
 
 def _menu_texts(obs: Observation, parts: list[Part], tiers: bool = False) -> dict[str, str]:
-    """Part id → its menu as a plan slot shows it (``#1 good 0.03 | #2 strong 22``)."""
+    """Part id → its menu as a plan slot shows it (``#1 good 0.03 | #2 strong 22``), for ``parts``
+    only (a part's menu depends on its skill and the cards alone)."""
     levels = [card_levels(c) for c in obs.cards]
     menus = menus_for(parts, obs.cards, levels)
     return {p.id: " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
@@ -302,11 +303,11 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
         by_id = {p.id: p for p in parts}
         limit = obs.max_part_attempts
         levels = _source_levels(obs, style in SOURCE_STYLES)
-        menus = _menu_texts(obs, parts) if style in MENU_STYLES else {}
+        asked = actionable_parts(obs, parts, status)
+        # with a menu style, a part that has a result (or a failed attempt) shows what repairing it costs
+        menus = _menu_texts(obs, [p for p in asked if status[p.id].attempts]) if style in MENU_STYLES else {}
         final = f"### final: {sink} {_part_state(by_id[sink], status, limit, levels)}" if sink in by_id else "### final: -"
-        return [_act_question(p, by_id, status, limit, final, levels,
-                              menus.get(p.id) if status[p.id].attempts else None)
-                for p in actionable_parts(obs, parts, status)]
+        return [_act_question(p, by_id, status, limit, final, levels, menus.get(p.id)) for p in asked]
     return [f"### S1 {line}\n### decide: plan for Solve {line.split(' ', 1)[0]}\n"
             for line in _slot_lines(obs, parts, status, style in TIER_STYLES)] or None
 

@@ -173,7 +173,7 @@ def correct(
                                                        mix=cfg.teachers, style=pc.prompt,
                                                        generated_share=cfg.generated_pool_share,
                                                        explore_accept=cfg.explore_accept,
-                                             explore_accept_free=cfg.explore_accept_free)
+                                                       explore_accept_free=cfg.explore_accept_free)
         new = encode(labels)
         runs = [(e.correct, e.cost) for e in episodes]
         counts = [len(labels), agreed]
