@@ -135,6 +135,20 @@ def test_the_probes_configs_chain_onto_params_compact() -> None:
     assert phase2.evaluate == probes.evaluate == default.evaluate
 
 
+def test_the_thrifty_mix_config_is_the_tier_config_with_its_own_teachers_and_cost_weight() -> None:
+    """configs/params-thrifty-mix.yaml chains onto params-tiers.yaml: `thrifty` among the teachers,
+    four copies of each repair question, a smaller cost weight; RL, engine and evaluation otherwise
+    the tier config's."""
+    mix, tiers = load_params(REPO / "configs/params-thrifty-mix.yaml"), load_params(REPO / "configs/params-tiers.yaml")
+    assert mix.policy == tiers.policy and mix.policy.prompt == "per_part_tiers"
+    assert dict(mix.warmstart.teachers) == {"heuristic": 0.4, "thrifty": 0.3, "explore": 0.3}
+    assert (mix.warmstart.result_oversample, mix.warmstart.epochs) == (4, tiers.warmstart.epochs)
+    assert mix.warmstart.model_copy(update={"teachers": tiers.warmstart.teachers, "result_oversample": 1}) == tiers.warmstart
+    assert mix.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12})
+    assert mix.train == tiers.train and mix.rollout == tiers.rollout and mix.engine == tiers.engine
+    assert mix.evaluate == tiers.evaluate and mix.prepare == tiers.prepare
+
+
 def test_params_are_frozen() -> None:
     p = Params()
     with pytest.raises(pydantic.ValidationError):
