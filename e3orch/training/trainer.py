@@ -39,7 +39,7 @@ from e3orch.rollout.records import leaves_frame, nodes_frame, spine_nodes
 from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
 from e3orch.training.data import Example, collate, completion_logprobs, make_batches
 from e3orch.training.optim import finite_step
-from e3orch.training.rl import clipped_pg_loss
+from e3orch.training.rl import clipped_pg_loss, without_stop_token
 
 log = logging.getLogger(__name__)
 
@@ -499,6 +499,8 @@ class RLTrainer:
                             batch["weight"], clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                             kl_coef=cfg.kl_coef,
                             entropy=entropy, entropy_coef=cfg.entropy_coef,
+                            pg_mask=None if cfg.pg_stop_token else without_stop_token(
+                                batch["input_ids"], batch["completion_mask"], self.tokenizer.eos_token_id),
                         )
                         self.acc.backward(parts.loss)
                     stats["kl"] += parts.kl

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from e3orch.training.data import Example, collate, make_batches
-from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss
+from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss, without_stop_token
 
 
 def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None):  # type: ignore[no-untyped-def]
@@ -29,12 +29,16 @@ def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None)
     return total
 
 
-def test_clipped_pg_matches_plain_loop() -> None:
-    g = torch.Generator().manual_seed(0)
-    B, K = 5, 7
+def random_logprobs(seed: int, B: int, K: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """New, old and reference log-probs [B, K] near one another."""
+    g = torch.Generator().manual_seed(seed)
     new = torch.randn(B, K, generator=g) * 0.3 - 1.0
-    old = new + torch.randn(B, K, generator=g) * 0.4
-    ref = new + torch.randn(B, K, generator=g) * 0.2
+    return new, new + torch.randn(B, K, generator=g) * 0.4, new + torch.randn(B, K, generator=g) * 0.2
+
+
+def test_clipped_pg_matches_plain_loop() -> None:
+    B, K = 5, 7
+    new, old, ref = random_logprobs(0, B, K)
     adv = torch.tensor([1.0, -0.5, 0.0, 2.0, -1.5])
     mask = torch.ones(B, K)
     mask[0, :3] = 0
@@ -139,3 +143,37 @@ def test_make_batches_respects_the_token_budget_and_keeps_every_example() -> Non
     for b in batches:
         width = max(len(e.prompt_ids) + len(e.completion_ids) for e in b)
         assert width * len(b) <= 256 or len(b) == 1
+
+
+def test_without_the_stop_token_the_policy_gradient_leaves_it_to_the_kl_term() -> None:
+    # a decision `no` + stop at ratio 1 and advantage -1, the reference where the policy is (KL gradient 0):
+    # on both tokens each gets half the push down; without the stop token all of it goes to `no`
+    stop = 7
+    ids = torch.tensor([[3, 5, stop], [3, 5, 6]])  # left-padded rows, completions in the last two columns
+    cmask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    pg_mask = without_stop_token(ids, cmask, stop)
+    assert pg_mask.tolist() == [[1.0, 0.0], [0.0, 1.0]]  # a completion cut short (no stop) keeps its last token
+    for mask_for_pg, expected in ((None, [0.5, 0.5]), (pg_mask[:1], [1.0, 0.0])):
+        new = torch.log(torch.tensor([[0.6, 0.9]])).requires_grad_(True)
+        parts = clipped_pg_loss(new, new.detach(), new.detach(), torch.tensor([-1.0]), torch.ones(1, 2),
+                                torch.tensor([1.0]), kl_coef=0.1, pg_mask=mask_for_pg)
+        parts.loss.backward()
+        assert new.grad is not None and new.grad[0].tolist() == pytest.approx(expected)
+        assert float(parts.loss.detach()) == pytest.approx(1.0) and parts.pg == pytest.approx(1.0)
+
+
+def test_leaving_the_stop_token_out_matches_the_plain_loop_on_the_other_tokens() -> None:
+    B, K = 4, 5
+    new, old, ref = random_logprobs(1, B, K)
+    adv = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    mask = torch.ones(B, K)
+    mask[1, :2] = 0
+    pg_mask = mask.clone()
+    pg_mask[:, -1] = 0
+    weight = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    parts = clipped_pg_loss(new, old, ref, adv, mask, weight, clip_eps=0.2, kl_coef=0.05, pg_mask=pg_mask)
+    pg_only = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), pg_mask.tolist(), weight.tolist(), 0.2, 0.0)
+    zero_adv = [0.0] * B
+    kl_only = reference_loss(new.tolist(), old.tolist(), ref.tolist(), zero_adv, mask.tolist(), weight.tolist(), 0.2, 0.05)
+    assert float(parts.loss) == pytest.approx(pg_only + kl_only, rel=1e-5)
+    assert parts.pg == pytest.approx(pg_only, rel=1e-5)

@@ -81,6 +81,26 @@ def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(tiny_init_
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.parametrize("pg_stop_token", [True, False])
+def test_without_the_stop_token_in_the_gradient_an_empty_answer_moves_nothing(tiny_init_root: Path,
+                                                                              pg_stop_token: bool) -> None:
+    # an answer that is only the stop token, at a negative advantage and at the reference (KL gradient 0):
+    # with the stop token in the policy gradient the update pushes it down; without, nothing is left to push
+    trainer = _trainer(tiny_init_root, ppo_epochs=1, minibatches=1, kl_coef=0.02, lr=1e-2, pg_stop_token=pg_stop_token)
+    e = Example([1, 5, 9], [trainer.tokenizer.eos_token_id], -1.0, [], 1.0, "a")
+    batch = collate([e], trainer.tokenizer.pad_token_id)
+    with torch.no_grad():
+        e.old_logprobs = completion_logprobs(trainer.model, batch)[0, -1:].tolist()
+    model = trainer.acc.unwrap_model(trainer.model)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer.update([e])
+    unchanged = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert unchanged is not pg_stop_token
+    if pg_stop_token:
+        with torch.no_grad():
+            assert float(completion_logprobs(trainer.model, batch)[0, -1]) < e.old_logprobs[0]
+
+
 def test_a_new_best_replaces_the_old_one_only_once_round_json_names_it(tiny_init_root: Path) -> None:
     """Killed between saving a new best and writing round.json, a run still has the best on record."""
     import json
