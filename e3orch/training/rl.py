@@ -66,8 +66,8 @@ def clipped_pg_loss(
     entropy_coef: float = 0.0,
     pg_mask: torch.Tensor | None = None,  # [B, K] the tokens the policy gradient acts on; None: mask
 ) -> LossParts:
-    """The loss per decision is the policy-gradient term averaged over ``pg_mask``'s tokens plus the
-    KL and entropy terms averaged over ``mask``'s (the same when ``pg_mask`` is None)."""
+    """Per decision, the token terms averaged over ``mask``; ``pg_mask`` (None: ``mask``) names the
+    tokens whose policy-gradient term counts (the others keep their KL and entropy terms)."""
     adv = advantage.unsqueeze(1)
     pgm = mask if pg_mask is None else pg_mask * mask
     log_ratio = (new_lp - old_lp) * mask
@@ -77,22 +77,19 @@ def clipped_pg_loss(
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high) * adv
     pg_tok = -torch.minimum(unclipped, clipped)
     kl_tok = k3_kl(ref_lp, new_lp, mask) if ref_lp is not None else None
-    tok = pg_tok if pg_mask is None else torch.zeros_like(new_lp)
+    tok = pg_tok if pg_mask is None else pg_tok * pgm
     if kl_tok is not None and kl_coef > 0:
         tok = tok + kl_coef * kl_tok  # k3: unbiased, non-negative KL estimate
     if entropy is not None and entropy_coef > 0:
         tok = tok - entropy_coef * entropy
     n_tok = mask.sum(1).clamp(min=1)
-    n_pg = pgm.sum(1).clamp(min=1)
     per_decision = (tok * mask).sum(1) / n_tok
-    if pg_mask is not None:  # apart: the policy gradient averaged over its own tokens
-        per_decision = per_decision + (pg_tok * pgm).sum(1) / n_pg
     loss = (per_decision * weight).sum()
     with torch.no_grad():
         kl = float((kl_tok * mask).sum() / mask.sum().clamp(min=1)) if kl_tok is not None else 0.0
         ent = float((entropy * mask).sum() / mask.sum().clamp(min=1)) if entropy is not None else 0.0
         outside = (ratio < 1 - clip_eps) | (ratio > 1 + high)
         clip_frac = float((outside.float() * mask).sum() / mask.sum().clamp(min=1))
-        pg = float(((pg_tok * pgm).sum(1) / n_pg * weight).sum())
+        pg = float(((pg_tok * pgm).sum(1) / n_tok * weight).sum())
         ratio_mean = float((ratio * mask).sum() / mask.sum().clamp(min=1))
     return LossParts(loss, pg, kl, ent, clip_frac, ratio_mean)

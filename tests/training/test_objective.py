@@ -12,8 +12,9 @@ from e3orch.training.data import Example, collate, make_batches
 from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss, without_stop_token
 
 
-def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None):  # type: ignore[no-untyped-def]
-    """Token by token, decision by decision — the definition, no vectorisation."""
+def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None, pg_mask=None):  # type: ignore[no-untyped-def]
+    """Token by token, decision by decision — the definition, no vectorisation (``pg_mask``: the
+    tokens with a policy-gradient term; every masked token keeps its KL term)."""
     high = clip if clip_high is None else clip_high
     total = 0.0
     for b in range(len(adv)):
@@ -23,6 +24,8 @@ def reference_loss(new, old, ref, adv, mask, weight, clip, beta, clip_high=None)
                 continue
             ratio = math.exp(new[b][t] - old[b][t])
             pg = -min(ratio * adv[b], max(1 - clip, min(1 + high, ratio)) * adv[b])
+            if pg_mask is not None and not pg_mask[b][t]:
+                pg = 0.0
             d = ref[b][t] - new[b][t]
             toks.append(pg + beta * min(KL_TOKEN_MAX, math.exp(d) - d - 1))
         total += weight[b] * (sum(toks) / max(1, len(toks)))
@@ -147,22 +150,22 @@ def test_make_batches_respects_the_token_budget_and_keeps_every_example() -> Non
 
 def test_without_the_stop_token_the_policy_gradient_leaves_it_to_the_kl_term() -> None:
     # a decision `no` + stop at ratio 1 and advantage -1, the reference where the policy is (KL gradient 0):
-    # on both tokens each gets half the push down; without the stop token all of it goes to `no`
+    # each token gets half the push down; without the stop token `no` gets the same half and the stop none
     stop = 7
     ids = torch.tensor([[3, 5, stop], [3, 5, 6]])  # left-padded rows, completions in the last two columns
     cmask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     pg_mask = without_stop_token(ids, cmask, stop)
     assert pg_mask.tolist() == [[1.0, 0.0], [0.0, 1.0]]  # a completion cut short (no stop) keeps its last token
-    for mask_for_pg, expected in ((None, [0.5, 0.5]), (pg_mask[:1], [1.0, 0.0])):
+    for mask_for_pg, expected, loss in ((None, [0.5, 0.5], 1.0), (pg_mask[:1], [0.5, 0.0], 0.5)):
         new = torch.log(torch.tensor([[0.6, 0.9]])).requires_grad_(True)
         parts = clipped_pg_loss(new, new.detach(), new.detach(), torch.tensor([-1.0]), torch.ones(1, 2),
                                 torch.tensor([1.0]), kl_coef=0.1, pg_mask=mask_for_pg)
         parts.loss.backward()
         assert new.grad is not None and new.grad[0].tolist() == pytest.approx(expected)
-        assert float(parts.loss.detach()) == pytest.approx(1.0) and parts.pg == pytest.approx(1.0)
+        assert float(parts.loss.detach()) == pytest.approx(loss) and parts.pg == pytest.approx(loss)
 
 
-def test_leaving_the_stop_token_out_matches_the_plain_loop_on_the_other_tokens() -> None:
+def test_leaving_the_stop_token_out_matches_the_plain_loop_without_its_policy_gradient_term() -> None:
     B, K = 4, 5
     new, old, ref = random_logprobs(1, B, K)
     adv = torch.tensor([1.0, -0.5, 2.0, -1.5])
@@ -172,8 +175,7 @@ def test_leaving_the_stop_token_out_matches_the_plain_loop_on_the_other_tokens()
     pg_mask[:, -1] = 0
     weight = torch.tensor([0.4, 0.3, 0.2, 0.1])
     parts = clipped_pg_loss(new, old, ref, adv, mask, weight, clip_eps=0.2, kl_coef=0.05, pg_mask=pg_mask)
-    pg_only = reference_loss(new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), pg_mask.tolist(), weight.tolist(), 0.2, 0.0)
-    zero_adv = [0.0] * B
-    kl_only = reference_loss(new.tolist(), old.tolist(), ref.tolist(), zero_adv, mask.tolist(), weight.tolist(), 0.2, 0.05)
-    assert float(parts.loss) == pytest.approx(pg_only + kl_only, rel=1e-5)
+    lists = (new.tolist(), old.tolist(), ref.tolist(), adv.tolist(), mask.tolist(), weight.tolist())
+    assert float(parts.loss) == pytest.approx(reference_loss(*lists, 0.2, 0.05, pg_mask=pg_mask.tolist()), rel=1e-5)
+    pg_only = reference_loss(*lists, 0.2, 0.0, pg_mask=pg_mask.tolist())
     assert parts.pg == pytest.approx(pg_only, rel=1e-5)
