@@ -77,7 +77,7 @@ def clipped_pg_loss(
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high) * adv
     pg_tok = -torch.minimum(unclipped, clipped)
     kl_tok = k3_kl(ref_lp, new_lp, mask) if ref_lp is not None else None
-    tok = pg_tok if pg_mask is None else pg_tok * pgm
+    tok = pg_tok * pgm  # the 0/1 mask: exactly pg_tok on every token without pg_mask
     if kl_tok is not None and kl_coef > 0:
         tok = tok + kl_coef * kl_tok  # k3: unbiased, non-negative KL estimate
     if entropy is not None and entropy_coef > 0:
