@@ -340,10 +340,11 @@ class TrainConfig(_Section):
                                 "1e-4) rises at most 1 + clip_eps per round under symmetric clipping")
     kl_coef: float = Field(0.02, ge=0, description="KL to the warm-start policy (k3 estimator, capped at 10 per token)")
     pg_stop_token: bool = Field(
-        True, description="the policy gradient acts on each completion's stop token as well; false: only on the "
-                          "tokens before it (the KL and entropy terms keep it). A decision is the text before the "
-                          "stop, and negative advantages also push that stop down: one run's per_part milestone "
-                          "answers ran on past `no` (`no3 | -no3 ...`, recorded unparseable: 12 defects in 100 decisions by round 3)")
+        False, description="true: the policy gradient acts on each completion's stop token as well; false: only on "
+                           "the tokens before it (the KL and entropy terms keep it). A decision is the text before the "
+                           "stop, and with true negative advantages also push that stop down: one run's per_part "
+                           "milestone answers ran on past `no` (`no3 | -no3 ...`, recorded unparseable: 12 defects in "
+                           "100 decisions by round 3)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     ppo_epochs: int = Field(2, ge=1, description="passes over each round's decisions")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")
