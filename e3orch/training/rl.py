@@ -75,9 +75,9 @@ def clipped_pg_loss(
     unclipped = ratio * adv
     high = clip_eps if clip_eps_high is None else clip_eps_high
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high) * adv
-    pg_tok = -torch.minimum(unclipped, clipped)
+    pg_tok = -torch.minimum(unclipped, clipped) * pgm  # the 0/1 mask: each token's term or exactly 0
     kl_tok = k3_kl(ref_lp, new_lp, mask) if ref_lp is not None else None
-    tok = pg_tok * pgm  # the 0/1 mask: exactly pg_tok on every token without pg_mask
+    tok = pg_tok
     if kl_tok is not None and kl_coef > 0:
         tok = tok + kl_coef * kl_tok  # k3: unbiased, non-negative KL estimate
     if entropy is not None and entropy_coef > 0:
@@ -90,6 +90,6 @@ def clipped_pg_loss(
         ent = float((entropy * mask).sum() / mask.sum().clamp(min=1)) if entropy is not None else 0.0
         outside = (ratio < 1 - clip_eps) | (ratio > 1 + high)
         clip_frac = float((outside.float() * mask).sum() / mask.sum().clamp(min=1))
-        pg = float(((pg_tok * pgm).sum(1) / n_tok * weight).sum())
+        pg = float((pg_tok.sum(1) / n_tok * weight).sum())
         ratio_mean = float((ratio * mask).sum() / mask.sum().clamp(min=1))
     return LossParts(loss, pg, kl, ent, clip_frac, ratio_mean)

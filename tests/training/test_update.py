@@ -36,6 +36,15 @@ def _examples(trainer: RLTrainer) -> list[Example]:
     return out
 
 
+def _weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
+    """A copy of the trainer's weights, by name."""
+    return {k: v.detach().clone() for k, v in trainer.acc.unwrap_model(trainer.model).state_dict().items()}
+
+
+def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_root: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.02)
@@ -74,11 +83,9 @@ def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(tiny_init_
     examples = _examples(trainer)
     for e in examples:
         e.advantage = 0.0
-    model = trainer.acc.unwrap_model(trainer.model)
-    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    before = _weights(trainer)
     trainer.update(examples)
-    after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert _same_weights(before, _weights(trainer))
 
 
 @pytest.mark.parametrize("pg_stop_token", [True, False])
@@ -91,11 +98,9 @@ def test_without_the_stop_token_in_the_gradient_an_empty_answer_moves_nothing(ti
     batch = collate([e], trainer.tokenizer.pad_token_id)
     with torch.no_grad():
         e.old_logprobs = completion_logprobs(trainer.model, batch)[0, -1:].tolist()
-    model = trainer.acc.unwrap_model(trainer.model)
-    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    before = _weights(trainer)
     trainer.update([e])
-    unchanged = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert unchanged is not pg_stop_token
+    assert _same_weights(before, _weights(trainer)) is not pg_stop_token
     if pg_stop_token:
         with torch.no_grad():
             assert float(completion_logprobs(trainer.model, batch)[0, -1]) < e.old_logprobs[0]
@@ -132,7 +137,7 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
     trainer.ckpt.mkdir(parents=True, exist_ok=True)
     trainer.round = 1
     trainer.save_checkpoint()
-    saved = {k: v.detach().clone() for k, v in trainer.acc.unwrap_model(trainer.model).state_dict().items()}
+    saved = _weights(trainer)
     assert json.loads((trainer.ckpt / "round.json").read_text())["state"] == "state-1"
 
     with torch.no_grad():  # round 2 changes the weights...
@@ -153,8 +158,7 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
 
     again = RLTrainer(params, tiny_init_root / "models/init")
     assert again.resume() == 1
-    now = again.acc.unwrap_model(again.model).state_dict()
-    assert all(torch.equal(now[k], saved[k]) for k in saved)
+    assert _same_weights(_weights(again), saved)
     again.round = 2
     again.save_checkpoint()  # the next complete save removes both older folders
     assert sorted(d.name for d in again.ckpt.iterdir() if d.is_dir()) == ["state-2"]
