@@ -133,7 +133,7 @@ class PolicyConfig(_Section):
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: PromptStyle = Field(
-        "per_part", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
+        "per_part_tiers", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
         "cheap, mid, pricey, premium); per_part_source: per_part, with each result's line naming the stated level, at "
@@ -254,7 +254,7 @@ class RewardsConfig(_Section):
     """Decision-level rewards and advantages."""
 
     w_performance: float = Field(1.0, ge=0)
-    w_cost: float = Field(0.24, ge=0, description="weight of the execution cost (over cost_unit, or at 0 over the task's mean leaf cost)")
+    w_cost: float = Field(0.12, ge=0, description="weight of the execution cost (over cost_unit, or at 0 over the task's mean leaf cost)")
     w_completeness: float = Field(0.2, ge=0)
     prior_alpha: float = Field(1.0, gt=0, description="Beta prior of the performance estimate")
     prior_beta: float = Field(1.0, gt=0)
@@ -280,7 +280,7 @@ class WarmstartConfig(_Section):
 
     tasks: int = Field(1500, ge=1, description="train tasks whose teacher episodes become demonstrations")
     teachers: dict[str, float] = Field(
-        default_factory=lambda: {"heuristic": 0.7, "explore": 0.3},
+        default_factory=lambda: {"heuristic": 0.4, "explore": 0.3, "thrifty": 0.3},
         description="teacher mix (single = single:<random pool member>; explore = heuristic with sampled needs "
         "and, with explore_accept, a drawn repair threshold)",
     )
@@ -290,13 +290,13 @@ class WarmstartConfig(_Section):
     explore_accept_free: tuple[float, float] | None = Field(
         None, description="explore's repair threshold instead, for a result whose part has a card at least good at its "
         "skill priced as a tool (tier free: a repair costs next to nothing); null: explore_accept for every result")
-    epochs: float = Field(3.0, gt=0)
+    epochs: float = Field(4.5, gt=0)
     lr: float = Field(2e-3, gt=0)
     answer_oversample: int = Field(4, ge=1, description="copies of each final-answer decision (rare but decisive)")
     retry_oversample: int = Field(
         1, ge=1, description="copies of each milestone decision after the first (retries and the move to the final part)")
     result_oversample: int = Field(
-        1, ge=1, description="per_part styles: copies of each question whether to act on a part that already has a result "
+        4, ge=1, description="per_part styles: copies of each question whether to act on a part that already has a result "
         "(repair or move on), or retry_oversample's if more: the warm start's repair probability at each confidence is "
         "what RL's comparisons can move")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
@@ -332,7 +332,7 @@ class TrainConfig(_Section):
     """RL rounds: tree rollout → scoring → clipped policy-gradient update."""
 
     rounds: int = Field(6, ge=0)
-    lr: float = Field(3e-4, gt=0)
+    lr: float = Field(6e-4, gt=0)
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range of the token ratio")
     clip_eps_high: float | None = Field(
         3.0, gt=0, description="upper clip range (DAPO's clip-higher): a token's ratio may rise to 1 + clip_eps_high "
@@ -504,12 +504,17 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     return params
 
 
-def _merge_into(out: dict[str, Any], over: dict[str, Any]) -> None:
-    """``over`` on top of ``out``, in place: mappings merge key by key, anything else replaces
-    with a copy, so ``out`` shares nothing with ``over`` (dotted overrides are written into it)."""
+# mappings that are one value, not keys to merge: a file's teacher mix replaces its base's whole
+WHOLE_MAPPINGS = frozenset({("warmstart", "teachers")})
+
+
+def _merge_into(out: dict[str, Any], over: dict[str, Any], at: tuple[str, ...] = ()) -> None:
+    """``over`` on top of ``out``, in place: mappings merge key by key (except WHOLE_MAPPINGS),
+    anything else replaces with a copy, so ``out`` shares nothing with ``over`` (dotted overrides
+    are written into it)."""
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            _merge_into(out[key], value)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and (*at, key) not in WHOLE_MAPPINGS:
+            _merge_into(out[key], value, (*at, key))
         else:
             out[key] = copy.deepcopy(value)
 
@@ -544,7 +549,8 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
     """A params file as a plain mapping, with its ``base:`` chain resolved.
 
     A file may start with ``base: <path>`` (relative to the file's own folder): the base is read
-    first and the file's keys override it, section by section and key by key. A file that states
+    first and the file's keys override it, section by section and key by key (``warmstart.teachers``,
+    a mix, as a whole: WHOLE_MAPPINGS). A file that states
     only what differs from ``params.yaml`` therefore follows later changes of the defaults.
     A missing file reads as empty (all defaults), except as someone's base; a file that exists
     but holds nothing (a truncated file, most likely) is an error.

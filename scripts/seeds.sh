@@ -3,15 +3,16 @@
 #   bash scripts/seeds.sh            # seeds 0 1 2
 #   bash scripts/seeds.sh 3 4        # other seeds
 #   REUSE_WARMSTART=1 bash scripts/seeds.sh   # keep each seed's existing warm start (after changing
-#                                             # only RL or evaluation knobs): RL → evaluate only
+#                                             # only RL or evaluation knobs): rollout → ... → evaluate only
 #   BASE=other.yaml bash scripts/seeds.sh     # start from another params file than params.yaml, e.g.
 #                                             # configs/params-spine.yaml (README, "The learned policy today")
 #   OUT=runs/spine bash scripts/seeds.sh      # write into OUT/seed-N and OUT/seeds.md instead of runs/
 #   SUMMARY_ONLY=1 bash scripts/seeds.sh 0 1 2   # only the summary of seeds already run (e.g. side by side,
 #                                                # one `seeds.sh N` each, which each write a one-seed summary)
 # Per seed N: params.yaml (or $BASE) with warmstart.seed, rollout.seed and train.seed set to N (the task
-# split, the executors' randomness and evaluation stay those of params.yaml), then warm start →
-# RL → evaluate-all into $OUT/seed-N/ (OUT=runs unless set; its own models, checkpoints and reports).
+# split, the executors' randomness and evaluation stay those of params.yaml), then the stages of
+# dvc.yaml — warm start → rollout → score → train → evaluate-all — into $OUT/seed-N/ (OUT=runs unless
+# set; its own models, checkpoints and reports). With the same torch threads, seed 0 is `make run`.
 # `prepare` runs first if data/tasks is missing. The summary goes to $OUT/seeds.md and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,8 +55,12 @@ PY
   else
     "$E3" warmstart --params "$d/params.yaml" --metrics "$d/warmstart.json"
   fi
-  "$E3" train --params "$d/params.yaml" --no-resume --metrics "$d/train_rounds.json"
-  "$E3" evaluate-all --params "$d/params.yaml"
+  # the stages of dvc.yaml: round 1's rollout and scoring, then RL from them (with two threads seed 0 is `make run`'s run)
+  "$E3" rollout --params "$d/params.yaml" --policy "$d/models/warmstart" --out "$d/data/rollouts"
+  "$E3" score --params "$d/params.yaml" --rollouts "$d/data/rollouts" --out "$d/data/scored.parquet" --summary "$d/score.json"
+  "$E3" train --params "$d/params.yaml" --init "$d/models/warmstart" --scored "$d/data/scored.parquet" \
+    --leaves "$d/data/rollouts/leaves.parquet" --no-resume --metrics "$d/train_rounds.json"
+  "$E3" evaluate-all --params "$d/params.yaml" --policy "$d/models/policy" --warmstart "$d/models/warmstart" --out "$d/reports"
   echo "=== seed $s: $(( $(date +%s) - t0 )) s"
 done
 "$PY" - "$OUT" "${SEEDS[@]}" <<'PY' | tee "$OUT/seeds.md"

@@ -104,7 +104,7 @@ def test_the_compact_config_is_the_sampled_tree_pipeline() -> None:
     """configs/params-compact.yaml puts back the compact prompt, sampled trees judged by sibling
     leaves and the rules' fixed repair threshold; the rest (sizes, evaluation) is params.yaml's."""
     compact, default = load_params(REPO / "configs/params-compact.yaml"), load_params(REPO / "params.yaml")
-    assert compact.policy.prompt == "compact" and default.policy.prompt == "per_part"
+    assert compact.policy.prompt == "compact" and default.policy.prompt == "per_part_tiers"
     assert (compact.rollout.trunk, compact.rollout.spine, compact.rollout.continuation) == ("sample", False, "policy")
     assert (compact.rewards.estimator, compact.rewards.w_cost, compact.train.lr) == ("sibling", 0.01, 2e-5)
     assert compact.warmstart.explore_accept == (0.6, 0.6) and default.warmstart.explore_accept == (0.55, 0.7)
@@ -135,18 +135,35 @@ def test_the_probes_configs_chain_onto_params_compact() -> None:
     assert phase2.evaluate == probes.evaluate == default.evaluate
 
 
-def test_the_thrifty_mix_config_is_the_tier_config_with_its_own_teachers_and_cost_weight() -> None:
-    """configs/params-thrifty-mix.yaml chains onto params-tiers.yaml: `thrifty` among the teachers,
-    four copies of each repair question, a smaller cost weight; RL, engine and evaluation otherwise
-    the tier config's."""
-    mix, tiers = load_params(REPO / "configs/params-thrifty-mix.yaml"), load_params(REPO / "configs/params-tiers.yaml")
-    assert mix.policy == tiers.policy and mix.policy.prompt == "per_part_tiers"
-    assert dict(mix.warmstart.teachers) == {"heuristic": 0.4, "thrifty": 0.3, "explore": 0.3}
-    assert (mix.warmstart.result_oversample, mix.warmstart.epochs) == (4, tiers.warmstart.epochs)
-    assert mix.warmstart.model_copy(update={"teachers": tiers.warmstart.teachers, "result_oversample": 1}) == tiers.warmstart
-    assert mix.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12})
-    assert mix.train == tiers.train and mix.rollout == tiers.rollout and mix.engine == tiers.engine
-    assert mix.evaluate == tiers.evaluate and mix.prepare == tiers.prepare
+def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_cost_weight() -> None:
+    """params.yaml is configs/params-tiers.yaml with `thrifty` among the teachers, four copies of each
+    repair question and a smaller cost weight; configs/params-heuristic-start.yaml (the warm start
+    as accurate as `heuristic`, numeric prices) is params.yaml with the previous defaults back, and
+    the tier config builds on it."""
+    default, tiers = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-tiers.yaml")
+    start = load_params(REPO / "configs/params-heuristic-start.yaml")
+    assert default.policy == tiers.policy and default.policy.prompt == "per_part_tiers"
+    assert dict(default.warmstart.teachers) == {"heuristic": 0.4, "explore": 0.3, "thrifty": 0.3}
+    assert (default.warmstart.result_oversample, default.warmstart.epochs) == (4, tiers.warmstart.epochs) == (4, 4.5)
+    assert default.warmstart.model_copy(update={"teachers": tiers.warmstart.teachers, "result_oversample": 1}) == tiers.warmstart
+    assert default.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12})
+    assert default.train == tiers.train and default.rollout == tiers.rollout and default.engine == tiers.engine
+    assert default.evaluate == tiers.evaluate and default.prepare == tiers.prepare
+    assert dict(start.warmstart.teachers) == {"heuristic": 0.7, "explore": 0.3}  # the base's mix replaced, not merged
+    assert (start.policy.prompt, start.warmstart.epochs, start.warmstart.result_oversample) == ("per_part", 3.0, 1)
+    assert (start.rewards.w_cost, start.train.lr) == (0.24, 3e-4)
+    assert start.rollout == default.rollout and start.evaluate == default.evaluate
+
+
+def test_a_teacher_mix_replaces_its_bases_whole(tmp_path: Path) -> None:
+    """warmstart.teachers is one value: a file's mix replaces its base's, where other mappings
+    (a section, policy.model) merge key by key."""
+    (tmp_path / "base.yaml").write_text("warmstart: {teachers: {heuristic: 0.5, thrifty: 0.5}, epochs: 2.0}\n"
+                                        "policy: {model: {hidden_size: 64, num_layers: 2}}\n")
+    (tmp_path / "p.yaml").write_text("base: base.yaml\nwarmstart: {teachers: {explore: 1.0}}\npolicy: {model: {num_layers: 3}}\n")
+    p = load_params(tmp_path / "p.yaml")
+    assert dict(p.warmstart.teachers) == {"explore": 1.0} and p.warmstart.epochs == 2.0
+    assert (p.policy.model.hidden_size, p.policy.model.num_layers) == (64, 3)
 
 
 def test_params_are_frozen() -> None:

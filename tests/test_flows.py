@@ -139,7 +139,7 @@ def test_missing_outputs_are_recomputed(flow_runs: dict[str, Any], tmp_path: Pat
 
 def test_the_flow_runs_the_default_rl_setting_in_shards(prefect_harness: None, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """params.yaml's own setting (per_part, the greedy spine judged by probes routed as the policy
+    """params.yaml's own setting (per_part_tiers, the greedy spine judged by probes routed as the policy
     routes) through the flow: two rollout shards, merged, scored and trained on."""
     import json
 

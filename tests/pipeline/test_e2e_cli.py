@@ -241,12 +241,12 @@ def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
     assert [r["round"] for r in json.loads((reports / "train_rounds.json").read_text())] == [1]
 
 
-@pytest.mark.parametrize("prompt", ["params.yaml", "per_part_tiers"])
+@pytest.mark.parametrize("prompt", ["params.yaml", "per_part"])
 def test_the_default_rl_setting_end_to_end(tmp_path: Path, prompt: str) -> None:
-    """params.yaml's own setting (per_part prompts, explore drawing its repair threshold, the greedy
-    spine's alternatives judged by probes, milestone flips of result parts only) on the tiny sizes:
-    the warm start is taught part-by-part answers, and an RL round compares alternatives. The same
-    with menus of price tiers (configs/params-tiers.yaml), which the policy then keeps using."""
+    """params.yaml's own setting (per_part_tiers prompts, explore drawing its repair threshold, the
+    greedy spine's alternatives judged by probes, milestone flips of result parts only) on the tiny
+    sizes: the warm start is taught part-by-part answers, and an RL round compares alternatives. The
+    same with numeric menu prices (configs/params-heuristic-start.yaml), which the policy then keeps using."""
     sections = default_rl_sections(tmp_path)
     if prompt != "params.yaml":
         sections["policy"]["prompt"] = prompt
