@@ -95,9 +95,9 @@ def test_demo_copies_weigh_per_part_questions_about_results() -> None:
     # every other question keeps its copies: open parts of later milestones retry_oversample, the first milestone's one
     assert {demo_copies(d, cfg) for d in opened} == {1, 2}
     assert {demo_copies(d, cfg) for d in demos if d.kind == "plan"} == {1}
-    assert {demo_copies(d, WarmstartConfig()) for d in demos} == {1}
+    assert {demo_copies(d, WarmstartConfig(result_oversample=1)) for d in demos} == {1}  # oversampling off: one copy each
     # never fewer than a later milestone's other questions get
-    assert {demo_copies(d, WarmstartConfig(retry_oversample=3)) for d in results} == {3}
+    assert {demo_copies(d, WarmstartConfig(result_oversample=1, retry_oversample=3)) for d in results} == {3}
 
 
 def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
