@@ -388,8 +388,17 @@ class TrainConfig(_Section):
                     "start on every validation pool is kept and the cost weight (rewards.w_cost) grows by w_cost_up; a "
                     "round below that is undone (weights back to the last kept round, optimizer moments reset) and the "
                     "cost weight shrinks by w_cost_down. None: every round is kept at a fixed cost weight")
-    w_cost_up: float = Field(1.25, ge=1, description="hold_accuracy: cost-weight factor after a kept round")
-    w_cost_down: float = Field(0.5, gt=0, le=1, description="hold_accuracy: cost-weight factor after an undone round")
+    hold_cost: float | None = Field(
+        None, ge=1,
+        description="keep validation cost as a constraint: a round whose validation cost is more than this many times "
+                    "the warm start's on any validation pool is undone (weights back to the last kept round, optimizer "
+                    "moments reset) and the cost weight grows by w_cost_up; a round within it is kept at the same cost "
+                    "weight. With hold_accuracy too a round must meet both, and one that only loses accuracy is undone "
+                    "with the cost weight shrunk by w_cost_down. None: no cost ceiling")
+    w_cost_up: float = Field(1.25, ge=1, description="hold_accuracy: cost-weight factor after a kept round; hold_cost: "
+                             "after a round undone for its cost")
+    w_cost_down: float = Field(0.5, gt=0, le=1, description="hold_accuracy: cost-weight factor after a round undone "
+                               "for its accuracy")
     checkpoint_dir: str = Field("models/checkpoints", description="resumable state, saved every round")
     out_dir: str = "models/policy"
     seed: int = 0
@@ -398,11 +407,17 @@ class TrainConfig(_Section):
     def _check(self) -> TrainConfig:
         if self.select != "last" and not self.validate_rounds:
             raise ValueError(f"select: {self.select!r} picks by validation figures; set train.validate_rounds: true")
-        if self.hold_accuracy is not None and not self.validate_rounds:
-            raise ValueError("hold_accuracy judges every round on the validation split; set train.validate_rounds: true")
+        for key in ("hold_accuracy", "hold_cost"):
+            if getattr(self, key) is not None and not self.validate_rounds:
+                raise ValueError(f"{key} judges every round on the validation split; set train.validate_rounds: true")
         if len(set(self.validate_pools)) != len(self.validate_pools):
             raise ValueError(f"validate_pools: {self.validate_pools} names a pool kind twice")
         return self
+
+    @property
+    def holds(self) -> bool:
+        """Whether rounds are judged on validation and undone (hold_accuracy or hold_cost)."""
+        return self.hold_accuracy is not None or self.hold_cost is not None
 
 
 class LiveConfig(_Section):

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         val = f"  {val_text(m)}" if "val_accuracy" in m else ""
         if "time_validate_s" in m:
             val += f"  in {m['time_validate_s']:.1f}s"
-        if "kept" in m:  # train.hold_accuracy
+        if "kept" in m:  # train.hold_accuracy / hold_cost
             val += f"  w_cost {m['w_cost']:.3g} {'kept' if m['kept'] else 'undone'}"
         console.print(f"  round {m['round']:>2}: leaf acc {m['accuracy']:.3f}  cost {m['cost']:.3f}  reward {m['reward']:.3f}  "
                       f"kl {m['kl']:.4f}  gen {m['time_generate_s']:.1f}s  exec {m['time_execute_s']:.1f}s  "

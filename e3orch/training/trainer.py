@@ -87,8 +87,8 @@ class RoundMetrics:
     val_pools: dict[str, dict[str, float]] | None = None  # per train.validate_pools kind: {"accuracy", "cost"}
     time_validate_s: float | None = None  # the round's validation (train.validate_rounds)
     time_checkpoint_s: float | None = None  # saving the round's checkpoint
-    w_cost: float | None = None      # the cost weight this round's rewards used (train.hold_accuracy)
-    kept: bool | None = None         # train.hold_accuracy: whether the round was kept or undone
+    w_cost: float | None = None      # the cost weight this round's rewards used (train.hold_accuracy / hold_cost)
+    kept: bool | None = None         # train.hold_accuracy / hold_cost: whether the round was kept or undone
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +109,13 @@ def holds_accuracy(entry: dict[str, Any], first: dict[str, Any], tolerance: floa
     return all(own[k]["accuracy"] >= base[k]["accuracy"] - tolerance - 1e-9 for k in base)
 
 
+def holds_cost(entry: dict[str, Any], first: dict[str, Any], ratio: float) -> bool:
+    """Whether a validation entry costs at most ``ratio`` times ``first`` (the warm start's entry)
+    on every pool kind both were validated on."""
+    base, own = _pool_figures(first, first), _pool_figures(entry, first)
+    return all(own[k]["cost"] <= ratio * base[k]["cost"] + 1e-9 for k in base)
+
+
 def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: float = 0.01) -> dict[str, Any] | None:
     """The validation entry (``{"round", "val_accuracy", "val_cost"}``, round 0 = the warm start
     first) a run writes. ``efficient``: of the entries at most ``tolerance`` less accurate than the
@@ -118,7 +125,7 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     over the warm start's on any pool: it must be more efficient everywhere to count as more
     efficient. Otherwise (``best``) the most accurate; of equally accurate ones the cheaper. Full
     ties: the earlier."""
-    validation = [v for v in validation if v.get("kept", True)]  # an undone round's weights are gone (hold_accuracy)
+    validation = [v for v in validation if v.get("kept", True)]  # an undone round's weights are gone (hold_accuracy, hold_cost)
     if not validation:
         return None
     if select == "efficient":
@@ -234,8 +241,8 @@ class RLTrainer:
         self.backend = self._make_backend()
         self.round = 0
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
-        self.w_cost = params.rewards.w_cost  # moves with train.hold_accuracy
-        self.kept_weights: dict[str, torch.Tensor] | None = None  # train.hold_accuracy: the last kept round's
+        self.w_cost = params.rewards.w_cost  # moves with train.hold_accuracy / hold_cost
+        self.kept_weights: dict[str, torch.Tensor] | None = None  # train.hold_accuracy / hold_cost: the last kept round's
 
     # -- rollout engine ----------------------------------------------------------------------
     def _make_backend(self) -> Any:
@@ -401,7 +408,7 @@ class RLTrainer:
         """The best validation entry so far (:func:`select_round`)."""
         return select_round(self.validation, self.cfg.select, self.cfg.select_tolerance)
 
-    # -- accuracy as a constraint (train.hold_accuracy) ----------------------------------------
+    # -- accuracy and cost as constraints (train.hold_accuracy, train.hold_cost) ----------------
     def remember_weights(self) -> None:
         """Keep a copy of the current weights: what an undone round goes back to."""
         model = self.acc.unwrap_model(self.model)
@@ -413,18 +420,25 @@ class RLTrainer:
         the cost weight by ``w_cost_up``; otherwise put the last kept weights back, reset the
         optimizer's moments (they point where the undone step went) and shrink the cost weight by
         ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
-        accuracy allows. Every process takes the same decision (the figures are gathered)."""
-        assert self.cfg.hold_accuracy is not None and self.validation
-        kept = holds_accuracy(entry, self.validation[0], self.cfg.hold_accuracy)
+        accuracy allows. With ``train.hold_cost`` a round that costs more than that many times the
+        warm start on some validation pool is undone too, and the cost weight grows by ``w_cost_up``
+        (accuracy rises only as far as the cost ceiling allows); a kept round then keeps the cost
+        weight. Every process takes the same decision (the figures are gathered)."""
+        assert self.cfg.holds and self.validation
+        first = self.validation[0]
+        over_cost = self.cfg.hold_cost is not None and not holds_cost(entry, first, self.cfg.hold_cost)
+        below = self.cfg.hold_accuracy is not None and not holds_accuracy(entry, first, self.cfg.hold_accuracy)
+        kept = not (over_cost or below)
         if kept:
             self.remember_weights()
-            self.w_cost *= self.cfg.w_cost_up
+            if self.cfg.hold_cost is None:
+                self.w_cost *= self.cfg.w_cost_up
         else:
             if self.kept_weights is not None:
                 self.acc.unwrap_model(self.model).load_state_dict(self.kept_weights)
                 getattr(self.opt, "optimizer", self.opt).state.clear()
                 self.sync_weights()
-            self.w_cost *= self.cfg.w_cost_down
+            self.w_cost *= self.cfg.w_cost_up if over_cost else self.cfg.w_cost_down
         return kept
 
     # -- one round ---------------------------------------------------------------------------
@@ -663,15 +677,15 @@ def train_rl(
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
     from accelerate import DistributedType
 
-    if cfg.hold_accuracy is not None and trainer.acc.distributed_type == DistributedType.FSDP:
-        raise ValueError("train.hold_accuracy keeps and restores each process's whole weights, which FSDP shards; "
+    if cfg.holds and trainer.acc.distributed_type == DistributedType.FSDP:
+        raise ValueError("train.hold_accuracy and hold_cost keep and restore each process's whole weights, which FSDP shards; "
                          "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process")
     if resume:
         trainer.resume()
 
     def validate() -> dict[str, Any]:
         figures = trainer.validate(val_tasks, specs)
-        if cfg.hold_accuracy is not None and trainer.validation:  # a round, not the warm start
+        if cfg.holds and trainer.validation:  # a round, not the warm start
             used = trainer.w_cost  # the weight this round's rewards had; hold() moves it
             figures = {**figures, "kept": trainer.hold(figures), "w_cost": used}
         trainer.consider(figures)
@@ -684,7 +698,7 @@ def train_rl(
     elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
         on_validation(trainer.validation[0])
     history: list[RoundMetrics] = []
-    if cfg.hold_accuracy is not None:
+    if cfg.holds:
         trainer.remember_weights()  # the warm start, or the resumed run's last kept round
     while trainer.round < cfg.rounds:
         if trainer.round == 0 and first_scored is not None:
@@ -696,7 +710,7 @@ def train_rl(
             figures = validate()
             m.time_validate_s = time.perf_counter() - t0
             m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
-        if cfg.hold_accuracy is not None:
+        if cfg.holds:
             m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
         t0 = time.perf_counter()
         if cfg.save_rounds:  # before the checkpoint (a run killed in between redoes the round and rewrites it),
@@ -717,7 +731,7 @@ def train_rl(
             shutil.copytree(best, out)
         trainer.acc.wait_for_everyone()
     else:
-        kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy)
+        kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy, hold_cost)
         meta: dict[str, Any] = ({"val_accuracy": kept[-1]["val_accuracy"], "val_cost": kept[-1]["val_cost"]}
                                 if history and kept else {})
         trainer.save_policy(out, rounds=kept[-1]["round"] if kept else None, **meta)

@@ -201,6 +201,58 @@ def test_hold_accuracy_undoes_a_round_that_loses_accuracy_and_moves_the_cost_wei
     assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25 * 0.5)
 
 
+def test_hold_cost_undoes_a_round_over_the_cost_ceiling_and_raises_the_cost_weight(pipeline: Path) -> None:
+    """train.hold_cost: a round costing more than the ratio times the warm start on some validation
+    pool gets the last kept weights back and a larger cost weight; one within the ceiling is kept at
+    the same weight. With hold_accuracy as well, a round within the ceiling that loses accuracy is
+    undone with a smaller cost weight, and a round over it is undone with a larger one."""
+    from e3orch.config import load_params
+    from e3orch.training.trainer import RLTrainer
+
+    params = load_params(write_tiny_params(pipeline / "hold-cost", train={"hold_cost": 1.25, "validate_rounds": True,
+                                                                           "w_cost_up": 1.5, "w_cost_down": 0.5, "lr": 0.01}))
+    trainer = RLTrainer(params, pipeline / "models/warmstart")
+    model = trainer.acc.unwrap_model(trainer.model)
+    warm = {k: v.clone() for k, v in model.state_dict().items()}
+    w0 = trainer.w_cost
+
+    def pools(a1: float, c1: float, a2: float, c2: float) -> dict[str, object]:  # a validation entry, two pool kinds
+        return {"val_accuracy": (a1 + a2) / 2, "val_cost": (c1 + c2) / 2,
+                "val_pools": {"training": {"accuracy": a1, "cost": c1}, "randomized": {"accuracy": a2, "cost": c2}}}
+
+    trainer.validation = [{"round": 0, **pools(0.60, 2.0, 0.60, 4.0)}]
+    trainer.remember_weights()
+
+    def step() -> None:
+        trainer.opt.zero_grad()
+        sum(p.square().sum() for p in model.parameters()).backward()
+        trainer.opt.step()
+
+    step()
+    assert trainer.hold(pools(0.90, 2.6, 0.90, 4.0)) is False  # 1.3x on the training pool: undone, whatever the accuracy
+    assert all(torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    assert trainer.w_cost == pytest.approx(w0 * 1.5)
+    step()
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert trainer.hold(pools(0.40, 2.5, 0.40, 5.0)) is True  # exactly 1.25x on both and less accurate: kept
+    assert trainer.w_cost == pytest.approx(w0 * 1.5)  # at the same weight
+    step()
+    assert trainer.hold(pools(0.60, 1.0, 0.60, 5.1)) is False  # the randomised pool over the ceiling
+    assert all(torch.equal(v, moved[k]) for k, v in model.state_dict().items())
+    assert trainer.w_cost == pytest.approx(w0 * 1.5 ** 2)
+
+    both = load_params(write_tiny_params(pipeline / "hold-both", train={"hold_cost": 1.25, "hold_accuracy": 0.01,
+                                                                         "validate_rounds": True}))
+    trainer = RLTrainer(both, pipeline / "models/warmstart")
+    trainer.validation = [{"round": 0, **pools(0.60, 2.0, 0.60, 4.0)}]
+    trainer.remember_weights()
+    assert trainer.hold(pools(0.55, 2.0, 0.60, 4.0)) is False  # within the ceiling, 5 points less accurate
+    assert trainer.w_cost == pytest.approx(w0 * 0.5)
+    assert trainer.hold(pools(0.55, 3.0, 0.60, 4.0)) is False  # over the ceiling as well: the cost decides
+    assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25)
+    assert trainer.hold(pools(0.70, 2.0, 0.60, 4.0)) is True and trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25)
+
+
 def test_hold_accuracy_run_records_each_rounds_cost_weight(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Through the CLI: every round's metrics and validation entry carry the cost weight its rewards
     used and whether it was kept; at tolerance 1 every round is kept and the weight grows each time."""
@@ -222,11 +274,13 @@ def test_hold_accuracy_run_records_each_rounds_cost_weight(pipeline: Path, capsy
     assert "kept" in capsys.readouterr().out
 
 
-def test_hold_accuracy_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    params = write_tiny_params(pipeline, train={"hold_accuracy": 0.01, "validate_rounds": False, "select": "last"})
+@pytest.mark.parametrize(("key", "value"), [("hold_accuracy", 0.01), ("hold_cost", 1.2)])
+def test_a_validation_gate_without_validation_is_a_one_line_error(pipeline: Path, capsys: pytest.CaptureFixture[str],
+                                                                   key: str, value: float) -> None:
+    params = write_tiny_params(pipeline, train={key: value, "validate_rounds": False, "select": "last"})
     assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart")]) != 0
     err = capsys.readouterr().err
-    assert "hold_accuracy" in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1
+    assert key in err and "validate_rounds" in err and len(err.strip().splitlines()) == 1
 
 
 def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
