@@ -72,6 +72,26 @@ def default_rl_sections(root: str | Path) -> dict[str, dict[str, Any]]:
     }
 
 
+def trainer_weights(trainer: Any) -> dict[str, Any]:
+    """A copy of an RLTrainer's weights, by name."""
+    return {k: v.detach().clone() for k, v in trainer.acc.unwrap_model(trainer.model).state_dict().items()}
+
+
+def same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def optimizer_step(trainer: Any) -> None:
+    """One real optimizer step of an RLTrainer (on the weights' squared sum): the weights move and
+    the optimizer has moments."""
+    model = trainer.acc.unwrap_model(trainer.model)
+    trainer.opt.zero_grad()
+    sum(p.square().sum() for p in model.parameters()).backward()
+    trainer.opt.step()
+
+
 def tiny_params(root: str | Path) -> dict[str, Any]:
     """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing.
 

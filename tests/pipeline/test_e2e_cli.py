@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
-from conftest import default_rl_sections, write_tiny_params
+from conftest import default_rl_sections, optimizer_step, same_weights, trainer_weights, write_tiny_params
 from safetensors.torch import load_file
 
 from e3orch.cli import main
@@ -173,31 +173,25 @@ def test_hold_accuracy_undoes_a_round_that_loses_accuracy_and_moves_the_cost_wei
     params = load_params(write_tiny_params(pipeline / "hold", train={"hold_accuracy": 0.01, "validate_rounds": True, "w_cost_up": 1.25,
                                                                       "w_cost_down": 0.5, "lr": 0.01}))
     trainer = RLTrainer(params, pipeline / "models/warmstart")
-    model = trainer.acc.unwrap_model(trainer.model)
-    warm = {k: v.clone() for k, v in model.state_dict().items()}
+    warm = trainer_weights(trainer)
     w0 = trainer.w_cost
     trainer.validation = [{"round": 0, "val_accuracy": 0.60, "val_cost": 3.0}]
     trainer.remember_weights()
 
-    def step() -> None:  # one real optimizer step, so the weights move and Adam has moments
-        trainer.opt.zero_grad()
-        sum(p.square().sum() for p in model.parameters()).backward()
-        trainer.opt.step()
-
-    step()
-    assert any(not torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    optimizer_step(trainer)  # a real step, so the weights move and Adam has moments
+    assert not same_weights(trainer_weights(trainer), warm)
     assert trainer.hold({"val_accuracy": 0.585, "val_cost": 2.0}) is False  # 1.5 points below: undone
-    assert all(torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    assert same_weights(trainer_weights(trainer), warm)
     assert len(getattr(trainer.opt, "optimizer", trainer.opt).state) == 0
     assert trainer.w_cost == pytest.approx(w0 * 0.5)
 
-    step()
-    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer_step(trainer)
+    moved = trainer_weights(trainer)
     assert trainer.hold({"val_accuracy": 0.59, "val_cost": 2.5}) is True  # exactly at the floor: kept
     assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25)
-    step()
+    optimizer_step(trainer)
     assert trainer.hold({"val_accuracy": 0.50, "val_cost": 1.0}) is False  # goes back to the kept round, not the warm start
-    assert all(torch.equal(v, moved[k]) for k, v in model.state_dict().items())
+    assert same_weights(trainer_weights(trainer), moved)
     assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25 * 0.5)
 
 
@@ -212,8 +206,7 @@ def test_hold_cost_undoes_a_round_over_the_cost_ceiling_and_raises_the_cost_weig
     params = load_params(write_tiny_params(pipeline / "hold-cost", train={"hold_cost": 1.25, "validate_rounds": True,
                                                                            "w_cost_up": 1.5, "w_cost_down": 0.5, "lr": 0.01}))
     trainer = RLTrainer(params, pipeline / "models/warmstart")
-    model = trainer.acc.unwrap_model(trainer.model)
-    warm = {k: v.clone() for k, v in model.state_dict().items()}
+    warm = trainer_weights(trainer)
     w0 = trainer.w_cost
 
     def pools(a1: float, c1: float, a2: float, c2: float) -> dict[str, object]:  # a validation entry, two pool kinds
@@ -223,22 +216,17 @@ def test_hold_cost_undoes_a_round_over_the_cost_ceiling_and_raises_the_cost_weig
     trainer.validation = [{"round": 0, **pools(0.60, 2.0, 0.60, 4.0)}]
     trainer.remember_weights()
 
-    def step() -> None:
-        trainer.opt.zero_grad()
-        sum(p.square().sum() for p in model.parameters()).backward()
-        trainer.opt.step()
-
-    step()
+    optimizer_step(trainer)
     assert trainer.hold(pools(0.90, 2.6, 0.90, 4.0)) is False  # 1.3x on the training pool: undone, whatever the accuracy
-    assert all(torch.equal(v, warm[k]) for k, v in model.state_dict().items())
+    assert same_weights(trainer_weights(trainer), warm)
     assert trainer.w_cost == pytest.approx(w0 * 1.5)
-    step()
-    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer_step(trainer)
+    moved = trainer_weights(trainer)
     assert trainer.hold(pools(0.40, 2.5, 0.40, 5.0)) is True  # exactly 1.25x on both and less accurate: kept
     assert trainer.w_cost == pytest.approx(w0 * 1.5)  # at the same weight
-    step()
+    optimizer_step(trainer)
     assert trainer.hold(pools(0.60, 1.0, 0.60, 5.1)) is False  # the randomised pool over the ceiling
-    assert all(torch.equal(v, moved[k]) for k, v in model.state_dict().items())
+    assert same_weights(trainer_weights(trainer), moved)
     assert trainer.w_cost == pytest.approx(w0 * 1.5 ** 2)
 
     both = load_params(write_tiny_params(pipeline / "hold-both", train={"hold_cost": 1.25, "hold_accuracy": 0.01,

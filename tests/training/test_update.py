@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import same_weights, trainer_weights
 
 from e3orch.config import load_params
 from e3orch.training import trainer as trainer_module
@@ -34,15 +35,6 @@ def _examples(trainer: RLTrainer) -> list[Example]:
         e.old_logprobs = lp[0, -len(e.completion_ids):].tolist()
         out.append(e)
     return out
-
-
-def _weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
-    """A copy of the trainer's weights, by name."""
-    return {k: v.detach().clone() for k, v in trainer.acc.unwrap_model(trainer.model).state_dict().items()}
-
-
-def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_root: Path,
@@ -83,9 +75,9 @@ def test_a_zero_advantage_at_the_reference_leaves_the_weights_exactly(tiny_init_
     examples = _examples(trainer)
     for e in examples:
         e.advantage = 0.0
-    before = _weights(trainer)
+    before = trainer_weights(trainer)
     trainer.update(examples)
-    assert _same_weights(before, _weights(trainer))
+    assert same_weights(before, trainer_weights(trainer))
 
 
 @pytest.mark.parametrize("pg_stop_token", [True, False])
@@ -98,9 +90,9 @@ def test_without_the_stop_token_in_the_gradient_an_empty_answer_moves_nothing(ti
     batch = collate([e], trainer.tokenizer.pad_token_id)
     with torch.no_grad():
         e.old_logprobs = completion_logprobs(trainer.model, batch)[0, -1:].tolist()
-    before = _weights(trainer)
+    before = trainer_weights(trainer)
     trainer.update([e])
-    assert _same_weights(before, _weights(trainer)) is not pg_stop_token
+    assert same_weights(before, trainer_weights(trainer)) is not pg_stop_token
     if pg_stop_token:
         with torch.no_grad():
             assert float(completion_logprobs(trainer.model, batch)[0, -1]) < e.old_logprobs[0]
@@ -137,7 +129,7 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
     trainer.ckpt.mkdir(parents=True, exist_ok=True)
     trainer.round = 1
     trainer.save_checkpoint()
-    saved = _weights(trainer)
+    saved = trainer_weights(trainer)
     assert json.loads((trainer.ckpt / "round.json").read_text())["state"] == "state-1"
 
     with torch.no_grad():  # round 2 changes the weights...
@@ -158,7 +150,7 @@ def test_a_run_killed_while_saving_its_state_resumes_from_the_last_complete_one(
 
     again = RLTrainer(params, tiny_init_root / "models/init")
     assert again.resume() == 1
-    assert _same_weights(_weights(again), saved)
+    assert same_weights(trainer_weights(again), saved)
     again.round = 2
     again.save_checkpoint()  # the next complete save removes both older folders
     assert sorted(d.name for d in again.ckpt.iterdir() if d.is_dir()) == ["state-2"]
