@@ -299,6 +299,13 @@ class WarmstartConfig(_Section):
         4, ge=1, description="per_part styles: copies of each question whether to act on a part that already has a result "
         "(repair or move on), or retry_oversample's if more: the warm start's repair probability at each confidence is "
         "what RL's comparisons can move")
+    plan_oversample: int = Field(
+        1, ge=1, description="copies of each plan decision (with a factored style, each plan slot's question): which card "
+        "a part goes to at each difficulty and attempt is a small share of the loss, and fitted at that share a warm start "
+        "routes a hard part as it routes an easy one")
+    slot_echo: bool = Field(
+        False, description="factored styles: taught plan-slot answers restate the part's skill and difficulty before the "
+        "menu rank (S1 reason hard | #3 | -), so the policy reads them; the restatement is dropped when the plan is put together")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")

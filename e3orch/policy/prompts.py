@@ -361,12 +361,31 @@ def join_answers(obs: Observation, answers: list[str], kind: DecisionType = "pla
     lines = []
     for k, (part, answer) in enumerate(zip(slots, answers)):
         first, fields = _first_line_fields(answer)
-        if len(fields) < 2 or not re.fullmatch(r"S\d{1,2}", fields[0]):
+        if len(fields) < 2 or not _SLOT_HEAD_RE.fullmatch(fields[0]):
             lines.append(first)
             continue
         deps = [f"S{i + 1}" for i, other in enumerate(slots) if other in by_id[part].deps]
         lines.append(" | ".join([f"S{k + 1}", fields[1], ",".join(deps) or "-", *fields[3:]]))
     return "\n".join(lines)
+
+
+# a slot answer's first field: ``S1``, or with the part restated (warmstart.slot_echo) ``S1 reason hard``
+_SLOT_HEAD_RE = re.compile(r"S\d{1,2}(?: [a-z]+ [a-z]+)?")
+_SLOT_PART_RE = re.compile(r"^### S1 P\d+ ([a-z]+ [a-z]+)")
+
+
+def echo_part(question: str, answer: str) -> str:
+    """A plan slot's taught answer with its part's skill and difficulty restated before the rank:
+    ``S1 reason hard | #3 | -`` for ``S1 | #3 | -`` (``warmstart.slot_echo``); any other answer,
+    or a question that is not a plan slot's, as it is. Why: taught ``S1 | #3 | -`` from a teacher
+    mix, a ~1M-parameter policy answered every slot alike whatever its skill, difficulty or menu
+    (only the attempts, which lengthen the question, moved it); writing the part first, it reads
+    it (docs/benchmarks.md, "A policy that restates the part"). :func:`join_answers` drops the
+    restatement, :func:`slot_alternatives` keeps it."""
+    m = _SLOT_PART_RE.match(question)
+    if m is None or not answer.startswith("S1 |"):
+        return answer
+    return f"S1 {m.group(1)}" + answer[2:]
 
 
 def _first_line_fields(answer: str) -> tuple[str, list[str]]:
@@ -447,4 +466,5 @@ def slot_alternatives(question: str, answer: str) -> list[str]:
     fields = _first_line_fields(answer)[1]
     chosen = card.get(fields[1].lstrip("#")) if len(fields) > 1 and fields[1].startswith("#") else None
     highest = {what: rank for rank, what in entries}  # later (higher) ranks overwrite
-    return [f"S1 | #{rank} | -" for rank, what in entries if what != chosen and highest[what] == rank]
+    head = fields[0] if _SLOT_HEAD_RE.fullmatch(fields[0]) else "S1"  # a restated part stays (echo_part)
+    return [f"{head} | #{rank} | -" for rank, what in entries if what != chosen and highest[what] == rank]

@@ -19,7 +19,7 @@ from e3orch.config import Params, WarmstartConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
-from e3orch.policy.prompts import asks_about_result
+from e3orch.policy.prompts import asks_about_result, echo_part
 from e3orch.training.data import Example, encode_pair, merge_copies
 from e3orch.training.demos import Demo, collect_corrections, collect_demonstrations
 from e3orch.training.sft import SFTStats, sft_train
@@ -37,7 +37,11 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     already has a result — repair it or move on — get ``result_oversample`` copies (or
     ``retry_oversample``'s, if more): they are a small share of the questions, and fitted at that
     share a warm start may repair a result at 0.62 as rarely as one at 0.80 (docs/benchmarks.md,
-    "Repair questions weighed more")."""
+    "Repair questions weighed more"). Plan decisions get ``plan_oversample`` copies: a warm start fitted
+    at their share routed every part of a skill alike, whatever its difficulty (docs/benchmarks.md,
+    "Plans weighed more")."""
+    if demo.kind == "plan":
+        return cfg.plan_oversample
     if demo.completion.startswith("ANSWER:"):
         return cfg.answer_oversample
     if demo.kind == "milestone" and asks_about_result(demo.prompt):  # always a later milestone's question
@@ -45,6 +49,12 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     if demo.kind == "milestone" and demo.obs is not None and demo.obs.history:
         return cfg.retry_oversample
     return 1
+
+
+def taught_completion(demo: Demo, cfg: WarmstartConfig) -> str:
+    """What the policy is taught to answer: the demonstration's completion, a plan slot's with its
+    part restated when ``slot_echo`` is on (:func:`e3orch.policy.prompts.echo_part`)."""
+    return echo_part(demo.prompt, demo.completion) if cfg.slot_echo and demo.kind == "plan" else demo.completion
 
 
 def warmstart(
@@ -88,7 +98,7 @@ def warmstart(
     def encode(ds: Sequence[Demo]) -> list[Example]:
         out: list[Example] = []
         for d in ds:
-            e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), d.completion, cfg.max_seq_len)
+            e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), taught_completion(d, cfg), cfg.max_seq_len)
             if e is None:
                 continue
             out.extend([e] * demo_copies(d, cfg))

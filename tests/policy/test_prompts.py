@@ -9,6 +9,7 @@ from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 from e3orch.policy.prompts import (
     asks_about_result,
+    echo_part,
     join_answers,
     policy_prompt_style,
     render_prompt,
@@ -131,6 +132,23 @@ def test_split_decision_is_the_inverse_for_taught_slot_lines() -> None:
     assert split_decision(obs, "S1 | #1 | -") is None  # one line for two slots
     assert split_decision(obs, "S1 | #1 | -\nS2 | E3 | - | Solve P3 another way.") is None  # not a slot line
     assert split_decision(obs, "S2 | #2 | -\nS1 | #1 | -") is None  # out of slot order
+
+
+def test_a_restated_part_is_taught_kept_by_alternatives_and_dropped_from_the_plan() -> None:
+    obs = _obs(HISTORY, "Solve P2, P3")
+    q2, q3 = sub_prompts(obs, "plan", style="per_part_tiers") or []
+    assert q2.startswith("### S1 P2 retrieve easy x1: ") and q3.startswith("### S1 P3 reason normal: ")
+    taught = [echo_part(q, a) for q, a in zip((q2, q3), split_decision(obs, "S1 | #1 | -\nS2 | #3 | -") or [])]
+    assert taught == ["S1 retrieve easy | #1 | -", "S1 reason normal | #3 | -"]
+    # the plan put together is the one without the restatement
+    assert join_answers(obs, taught) == join_answers(obs, ["S1 | #1 | -", "S1 | #3 | -"]) == "S1 | #1 | -\nS2 | #3 | S1"
+    # alternatives keep the answer's own head
+    assert slot_alternatives(q3, taught[1]) == ["S1 reason normal | #2 | -"]
+    assert slot_alternatives(q3, "S1 | #3 | -") == ["S1 | #2 | -"]
+    # only a plan slot's rank answer is restated; a head that is not a slot's stays a defect
+    assert echo_part(q3, "MILESTONE: oops") == "MILESTONE: oops"
+    assert echo_part("### part: P3 reason normal: open\n### decide: act on P3\n", "yes") == "yes"
+    assert join_answers(obs, ["S1 please | #1 | -", "S1 | #2 | -"]) == "S1 please | #1 | -\nS2 | #2 | S1"
 
 
 def test_compact_falls_back_to_full_without_numbered_parts() -> None:

@@ -100,6 +100,44 @@ def test_demo_copies_weigh_per_part_questions_about_results() -> None:
     assert {demo_copies(d, WarmstartConfig(result_oversample=1, retry_oversample=3)) for d in results} == {3}
 
 
+def test_demo_copies_weigh_plan_slot_questions() -> None:
+    from e3orch.config import WarmstartConfig
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.warmstart import demo_copies
+
+    tasks = [generate_task(0, d, i, "train") for d in ("research", "planning") for i in range(2)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    demos, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 1.0}, style="per_part_tiers")
+    cfg = WarmstartConfig(plan_oversample=6, result_oversample=2, retry_oversample=1)
+    plans = [d for d in demos if d.kind == "plan"]
+    # one question per plan slot (one part, its menu of tiers), each weighed plan_oversample times
+    assert plans and all(re.fullmatch(r"### S1 P\d+ \w+ (easy|normal|hard)( x\d)?: #1 .+\n### decide: plan for Solve P\d+\n",
+                                      d.prompt) for d in plans)
+    assert {demo_copies(d, cfg) for d in plans} == {6}
+    # the milestone questions keep theirs
+    assert ({demo_copies(d, cfg) for d in demos if d.kind == "milestone"}
+            == {demo_copies(d, WarmstartConfig(result_oversample=2, retry_oversample=1)) for d in demos if d.kind == "milestone"}
+            == {1, 2})
+
+
+def test_slot_echo_teaches_each_plan_slot_with_its_part_restated() -> None:
+    from e3orch.config import WarmstartConfig
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.warmstart import taught_completion
+
+    tasks = [generate_task(0, d, i, "train") for d in ("research", "code") for i in range(2)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    demos, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 1.0}, style="per_part_tiers")
+    echo, plain = WarmstartConfig(slot_echo=True), WarmstartConfig()
+    plans = [d for d in demos if d.kind == "plan"]
+    assert plans and all(taught_completion(d, plain) == d.completion for d in demos)
+    for d in plans:
+        skill, level = re.match(r"### S1 P\d+ (\w+) (\w+)", d.prompt).groups()  # type: ignore[union-attr]
+        assert taught_completion(d, echo) == d.completion.replace("S1 |", f"S1 {skill} {level} |", 1)
+    assert {skill for d in plans for skill in re.findall(r"^S1 (\w+) ", taught_completion(d, echo))} >= {"retrieve", "code"}
+    assert all(taught_completion(d, echo) == d.completion for d in demos if d.kind == "milestone")
+
+
 def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
     from e3orch.policy.prompts import split_decision, sub_prompts
     from e3orch.training.demos import collect_demonstrations
