@@ -494,6 +494,10 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
+    if params.warmstart.slot_echo and params.policy.prompt not in FACTORED_STYLES:  # a plan asked slot by slot
+        raise ConfigError(f"{source}: warmstart.slot_echo: needs policy.prompt: "
+                          f"{', '.join(FACTORED_STYLES[:-1])} or {FACTORED_STYLES[-1]} "
+                          f"(got {params.policy.prompt!r})")
     # the value of each option that changes nothing without slot alternatives (not its default:
     # milestone_flips defaults to results, with slot_alternatives on)
     for key, inert, what in (("alternative_slot", "random", "which slot the alternatives change"),

@@ -258,6 +258,12 @@ def test_slot_alternatives_need_the_factored_prompt() -> None:
     assert parse_params({"rollout": {"slot_alternatives": True}, "policy": {"prompt": "per_part"}}).rollout.slot_alternatives
 
 
+def test_slot_echo_needs_a_plan_asked_slot_by_slot() -> None:
+    msg = _error({"warmstart": {"slot_echo": True}, "policy": {"prompt": "compact"}})
+    assert "warmstart.slot_echo" in msg and "policy.prompt: factored" in msg and "'compact'" in msg
+    assert parse_params({"warmstart": {"slot_echo": True}}).warmstart.slot_echo  # per_part_tiers, the default
+
+
 def test_impossible_combination_names_the_dotted_key() -> None:
     msg = _error({"engine": {"max_plan_subtasks": 40, "max_total_subtasks": 32}})
     assert "engine.max_plan_subtasks" in msg

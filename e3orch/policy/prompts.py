@@ -379,9 +379,9 @@ def echo_part(question: str, answer: str) -> str:
     ``S1 reason hard | #3 | -`` for ``S1 | #3 | -`` (``warmstart.slot_echo``); any other answer,
     or a question that is not a plan slot's, as it is. Why: taught ``S1 | #3 | -`` from a teacher
     mix, a ~1M-parameter policy answered every slot alike whatever its skill, difficulty or menu
-    (only the attempts, which lengthen the question, moved it); writing the part first, it reads
-    it (docs/benchmarks.md, "A policy that restates the part"). :func:`join_answers` drops the
-    restatement, :func:`slot_alternatives` keeps it."""
+    (only the attempts, which lengthen the question, moved it); writing the part first, it read it
+    on one seed of three (docs/benchmarks.md, "What a plan question is read for").
+    :func:`join_answers` drops the restatement, :func:`slot_alternatives` keeps it."""
     m = _SLOT_PART_RE.match(question)
     if m is None or not answer.startswith("S1 |"):
         return answer

@@ -37,9 +37,9 @@ def demo_copies(demo: Demo, cfg: WarmstartConfig) -> int:
     already has a result — repair it or move on — get ``result_oversample`` copies (or
     ``retry_oversample``'s, if more): they are a small share of the questions, and fitted at that
     share a warm start may repair a result at 0.62 as rarely as one at 0.80 (docs/benchmarks.md,
-    "Repair questions weighed more"). Plan decisions get ``plan_oversample`` copies: a warm start fitted
-    at their share routed every part of a skill alike, whatever its difficulty (docs/benchmarks.md,
-    "Plans weighed more")."""
+    "Repair questions weighed more"). Plan decisions (a factored style's slot questions) get
+    ``plan_oversample`` copies: fitted at their share (9%), a warm start answered every slot alike,
+    whatever its part's skill or difficulty (docs/benchmarks.md, "What a plan question is read for")."""
     if demo.kind == "plan":
         return cfg.plan_oversample
     if demo.completion.startswith("ANSWER:"):
