@@ -494,10 +494,12 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
         except ValidationError as exc:
             raise ConfigError(_format_error(exc, source, name)) from None
     params = Params(**sections)
-    if params.warmstart.slot_echo and params.policy.prompt not in FACTORED_STYLES:  # a plan asked slot by slot
-        raise ConfigError(f"{source}: warmstart.slot_echo: needs policy.prompt: "
-                          f"{', '.join(FACTORED_STYLES[:-1])} or {FACTORED_STYLES[-1]} "
-                          f"(got {params.policy.prompt!r})")
+    # options that work on a plan asked slot by slot
+    for key, on in (("warmstart.slot_echo", params.warmstart.slot_echo),
+                    ("rollout.slot_alternatives", params.rollout.slot_alternatives)):
+        if on and params.policy.prompt not in FACTORED_STYLES:
+            raise ConfigError(f"{source}: {key}: needs policy.prompt: {', '.join(FACTORED_STYLES[:-1])} or "
+                              f"{FACTORED_STYLES[-1]} (got {params.policy.prompt!r})")
     # the value of each option that changes nothing without slot alternatives (not its default:
     # milestone_flips defaults to results, with slot_alternatives on)
     for key, inert, what in (("alternative_slot", "random", "which slot the alternatives change"),
@@ -513,10 +515,6 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     if params.rollout.continuation != "policy" and params.rewards.estimator not in ("branch", "branch_first"):
         raise ConfigError(f"{source}: rollout.continuation: a hand-written continuation needs rewards.estimator: branch "
                           f"or branch_first (the estimators that judge a decision by its probes; got {params.rewards.estimator!r})")
-    if params.rollout.slot_alternatives and params.policy.prompt not in FACTORED_STYLES:
-        raise ConfigError(f"{source}: rollout.slot_alternatives: needs policy.prompt: "
-                          f"{', '.join(FACTORED_STYLES[:-1])} or {FACTORED_STYLES[-1]} "
-                          f"(got {params.policy.prompt!r})")
     pc = params.policy
     longest = pc.max_prompt_tokens + max(pc.max_new_tokens_milestone, pc.max_new_tokens_plan)
     for section in ("warmstart", "train"):
