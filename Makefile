@@ -30,12 +30,12 @@ run: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/dvc repro
 
 test: setup
-	$(VENV)/bin/ruff check e3orch tests flows
+	$(VENV)/bin/ruff check e3orch tests flows scripts
 	$(VENV)/bin/mypy
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/pytest -q -x --durations=15
 
 lint: setup
-	$(VENV)/bin/ruff check e3orch tests flows
+	$(VENV)/bin/ruff check e3orch tests flows scripts
 	$(VENV)/bin/mypy
 
 bench: setup

@@ -306,6 +306,12 @@ class WarmstartConfig(_Section):
     slot_echo: bool = Field(
         False, description="factored styles: taught plan-slot answers restate the part's skill and difficulty before the "
         "menu rank (S1 reason hard | #3 | -), so the policy reads them; the restatement is dropped when the plan is put together")
+    plan_epochs: float = Field(
+        0.0, ge=0, description="passes over the plan questions alone before the warm start's main passes (0 = none): "
+        "a share of each pass, they are fitted to too few steps for the policy to read a part's difficulty")
+    batch_by_question: bool = Field(
+        False, description="every answer the teachers gave one question lands in the same SFT batch, so a step teaches "
+        "their mixture rather than one draw of it; false: batches by length alone")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")

@@ -51,20 +51,43 @@ def merge_copies(examples: Sequence[Example]) -> list[Example]:
     return list(merged.values())
 
 
-def make_batches(examples: Sequence[Example], tokens_per_batch: int, rng: random.Random) -> list[list[Example]]:
-    """Length-bucketed batches of at most ``tokens_per_batch`` padded tokens, in random order."""
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt_ids) + len(examples[i].completion_ids))
+def make_batches(examples: Sequence[Example], tokens_per_batch: int, rng: random.Random,
+                 group_prompts: bool = False) -> list[list[Example]]:
+    """Length-bucketed batches of at most ``tokens_per_batch`` padded tokens, in random order.
+
+    With ``group_prompts``, the examples that share a prompt (one question taught several answers,
+    as a mix of teachers does) go into the same batch whenever they fit in one together: each
+    batch then teaches a question the answers' mixture at once instead of one draw of it. Why:
+    drawn one at a time, a question answered ``#2`` by one teacher and ``#3`` by another mostly
+    teaches noise, and a ~1M-parameter policy fitted its plan slots to the question's length
+    instead of its words (docs/benchmarks.md, "Every answer of a question in one batch")."""
+    def length(e: Example) -> int:
+        return len(e.prompt_ids) + len(e.completion_ids)
+
+    if group_prompts:  # prompts of one length side by side, each prompt's examples in one run
+        order = sorted(examples, key=lambda e: (len(e.prompt_ids), e.prompt_ids, len(e.completion_ids)))
+        groups: list[list[Example]] = []
+        for e in order:
+            if groups and groups[-1][0].prompt_ids == e.prompt_ids:
+                groups[-1].append(e)
+            else:
+                groups.append([e])
+    else:
+        groups = [[e] for e in sorted(examples, key=length)]
     batches: list[list[Example]] = []
     cur: list[Example] = []
     width = 0
-    for i in order:
-        ex = examples[i]
-        n = len(ex.prompt_ids) + len(ex.completion_ids)
-        if cur and max(width, n) * (len(cur) + 1) > tokens_per_batch:
+    for group in groups:
+        w = max(length(e) for e in group)
+        if cur and max(width, w) * (len(cur) + len(group)) > tokens_per_batch:
             batches.append(cur)
             cur, width = [], 0
-        cur.append(ex)
-        width = max(width, n)
+        for e in group:  # a group too large for one batch alone fills as many as it needs
+            if cur and max(width, length(e)) * (len(cur) + 1) > tokens_per_batch:
+                batches.append(cur)
+                cur, width = [], 0
+            cur.append(e)
+            width = max(width, length(e))
     if cur:
         batches.append(cur)
     rng.shuffle(batches)

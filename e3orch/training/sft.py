@@ -45,12 +45,14 @@ def sft_train(
     warmup_frac: float = 0.05,
     seed: int = 0,
     pad_id: int = 0,
+    group_prompts: bool = False,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> SFTStats:
     """Train ``model`` in place; token-mean cross-entropy over completion tokens, each example's
-    tokens counted ``Example.weight`` times (``merge_copies``: k copies of one pair weigh as k)."""
+    tokens counted ``Example.weight`` times (``merge_copies``: k copies of one pair weigh as k).
+    ``group_prompts``: every answer taught for one prompt in the same batch (:func:`make_batches`)."""
     rng = random.Random(seed)
-    batches = make_batches(examples, tokens_per_batch, rng)
+    batches = make_batches(examples, tokens_per_batch, rng, group_prompts)
     # every process takes its share of batches (same count: drop the remainder)
     per_proc = len(batches) // accelerator.num_processes
     total_steps = max(1, int(per_proc * epochs))

@@ -107,9 +107,21 @@ def warmstart(
     examples = merge_copies(encode(demos))
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(str(init))
+    plan_stats = None
+    if cfg.plan_epochs > 0:  # the plan questions alone first (see WarmstartConfig.plan_epochs)
+        plan_examples = merge_copies(encode([d for d in demos if d.kind == "plan"]))
+        if plan_examples:
+            phase = getattr(on_step, "phase", None)  # a progress bar's phase label (e3orch.progress.StepBar)
+            if phase:
+                phase("warm start: plan questions alone")
+            plan_stats = sft_train(model, plan_examples, accelerator=acc, lr=cfg.lr, epochs=cfg.plan_epochs,
+                                   tokens_per_batch=cfg.tokens_per_batch, seed=stable_seed("plan-first", cfg.seed),
+                                   pad_id=tokenizer.pad_token_id, group_prompts=cfg.batch_by_question, on_step=on_step)
+            if phase:
+                phase("warm start: every question")
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
                       tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, pad_id=tokenizer.pad_token_id,
-                      on_step=on_step)
+                      group_prompts=cfg.batch_by_question, on_step=on_step)
     rounds = correct(params, model, tokenizer, train_tasks, specs, examples, encode,
                      accelerator=acc, on_step=on_step)
     out = Path(out_dir or cfg.out_dir)
@@ -124,6 +136,8 @@ def warmstart(
         "skipped_steps": stats.skipped_steps,
         "tokens": stats.tokens,
         "seconds": stats.seconds,
+        "plan_steps": plan_stats.steps if plan_stats else 0,
+        "plan_seconds": plan_stats.seconds if plan_stats else 0.0,
         "corrections": rounds,
     }
     state_dict = acc.get_state_dict(model)  # collective: gathers sharded (FSDP) weights on every process
@@ -196,7 +210,7 @@ def correct(
         replay = rng.sample(list(demo_examples), min(len(fixes), len(demo_examples)))
         stats = sft_train(model, merge_copies(fixes + replay), accelerator=accelerator, lr=cfg.dagger_lr, epochs=cfg.dagger_epochs,
                           tokens_per_batch=cfg.tokens_per_batch, seed=stable_seed(cfg.seed, r),
-                          pad_id=tokenizer.pad_token_id, on_step=on_step)
+                          pad_id=tokenizer.pad_token_id, group_prompts=cfg.batch_by_question, on_step=on_step)
         n = max(1, len(runs))
         rounds.append({
             "round": r + 1,

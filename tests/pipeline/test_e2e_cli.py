@@ -72,8 +72,9 @@ def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:
     assert {e["pool"] for e in episodes} == {"default", "transfer", "generated-0"}
 
 
-def test_warm_start_ran_a_correction_round(pipeline: Path) -> None:
+def test_warm_start_ran_the_plan_questions_first_and_a_correction_round(pipeline: Path) -> None:
     info = json.loads((pipeline / "reports/warmstart.json").read_text())
+    assert info["plan_steps"] >= 1 and info["plan_seconds"] > 0  # warmstart.plan_epochs 1.0 (tests/conftest.py)
     (r,) = info["corrections"]
     assert r["round"] == 1 and r["tasks"] == 3 and r["decisions"] > 0 and r["steps"] >= 1
     assert 0.0 <= r["agreement"] <= 1.0 and 0.0 <= r["policy_accuracy"] <= 1.0

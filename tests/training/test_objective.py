@@ -7,6 +7,8 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from e3orch.training.data import Example, collate, make_batches
 from e3orch.training.rl import KL_TOKEN_MAX, clipped_pg_loss, without_stop_token
@@ -146,6 +148,37 @@ def test_make_batches_respects_the_token_budget_and_keeps_every_example() -> Non
     for b in batches:
         width = max(len(e.prompt_ids) + len(e.completion_ids) for e in b)
         assert width * len(b) <= 256 or len(b) == 1
+
+
+def test_grouped_batches_keep_every_answer_of_a_question_together() -> None:
+    # three questions of 6 tokens, answered 2, 1 and 3 ways (completions of 2 tokens: width 8); 24 tokens a batch
+    exs = [Example([q] * 6, [a, 9]) for q, answers in ((1, [5, 6]), (2, [5]), (3, [5, 6, 7])) for a in answers]
+    random.Random(0).shuffle(exs)
+    by_length = make_batches(exs, 24, random.Random(1))
+    assert sorted(len(b) for b in by_length) == [3, 3]  # by length alone, some question's answers are split
+    assert any(len({i for i, b in enumerate(by_length) for e in b if e.prompt_ids[0] == q}) > 1 for q in (1, 3))
+    grouped = make_batches(exs, 24, random.Random(1), group_prompts=True)
+    assert sorted(sorted(e.completion_ids[0] for e in b) for b in grouped) == [[5, 5, 6], [5, 6, 7]]
+    assert sorted(sorted({e.prompt_ids[0] for e in b}) for b in grouped) == [[1, 2], [3]]
+
+
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 40), st.integers(1, 4)), min_size=1, max_size=60),
+       st.integers(64, 512))
+@settings(max_examples=60, deadline=None)
+def test_grouped_batches_keep_the_budget_and_every_example_and_split_only_a_question_too_large_for_one(
+        rows: list[tuple[int, int, int]], budget: int) -> None:
+    # rows: (question, prompt length, answer); a question's prompt is the same tokens wherever it appears
+    exs = [Example([q] * (n + q), [a, 9]) for q, n, a in rows]
+    batches = make_batches(exs, budget, random.Random(0), group_prompts=True)
+    assert sorted(id(e) for b in batches for e in b) == sorted(id(e) for e in exs)
+    for b in batches:
+        width = max(len(e.prompt_ids) + len(e.completion_ids) for e in b)
+        assert width * len(b) <= budget or len(b) == 1
+    for prompt in {tuple(e.prompt_ids) for e in exs}:
+        group = [e for e in exs if tuple(e.prompt_ids) == prompt]
+        holding = {i for i, b in enumerate(batches) for e in b if tuple(e.prompt_ids) == prompt}
+        if len(group) * (len(prompt) + 2) <= budget:
+            assert len(holding) == 1  # a question that fits a batch is never split
 
 
 def test_without_the_stop_token_the_policy_gradient_leaves_it_to_the_kl_term() -> None:

@@ -1,0 +1,110 @@
+"""What a policy trained on plan-slot questions reads: a fresh default policy, taught the warm
+start's plan questions alone, probed every few steps.
+
+    .venv/bin/python scripts/plan_reading.py --seed 1                      # every teacher, batches by length
+    .venv/bin/python scripts/plan_reading.py --seed 1 --batch-by-question  # every answer of a question in one batch
+    .venv/bin/python scripts/plan_reading.py --seed 1 --teachers heuristic # one teacher's answers only
+
+The demonstrations are those `e3orch warmstart` collects for `warmstart.seed` = --seed (its tasks,
+teacher mix and pools); only their plan-slot questions are trained on (a factored `policy.prompt`),
+from a policy built by `e3orch init-policy`'s code with that seed, at `warmstart.lr` and
+`tokens_per_batch`. Every --every steps it prints P(#3) against P(#2) for a slot on the default
+pool's menus — a lookup's (`#1 good free | #2 good free | #3 strong premium`) and a reasoning
+part's — for an easy, a normal and a hard part, as a first attempt (x0), as a repair (` x1`) and
+with ` P1` in place of ` x1`: as long as ` x1` and meaningless, so a policy that answers ` P1` as it
+answers ` x1` reads the question's length, not its words (docs/benchmarks.md, "Every answer of a
+question in one batch").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+MENUS = {"retrieve": "#1 good free | #2 good free | #3 strong premium",
+         "reason": "#1 good mid | #2 good mid | #3 strong pricey"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=float, default=20.0, help="passes over the plan questions (default 20)")
+    ap.add_argument("--teachers", default="", help="comma-separated teachers whose answers are kept (default: all)")
+    ap.add_argument("--batch-by-question", action="store_true", help="every answer of a question in one batch")
+    ap.add_argument("--every", type=int, default=100, help="probe every N steps (default 100)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    import torch
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM
+
+    from e3orch.commands.common import resolve_pool_path, sim_tasks
+    from e3orch.config import load_params
+    from e3orch.data.sim import stable_seed
+    from e3orch.executors.base import load_pool_specs
+    from e3orch.policy.backends.hf import load_tokenizer
+    from e3orch.policy.model import create_default_policy
+    from e3orch.training.data import encode_pair, merge_copies, prompt_ids
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.sft import sft_train
+
+    torch.set_num_threads(args.threads)
+    params = load_params(args.params)
+    cfg = params.warmstart
+    init = Path(tempfile.mkdtemp(prefix="plan-reading-")) / "init"
+    create_default_policy(params, init, seed=args.seed)
+    tok = load_tokenizer(str(init))
+    train = sim_tasks(params, "train")
+    tasks = random.Random(stable_seed("warmstart", args.seed)).sample(list(train), min(cfg.tasks, len(train)))
+    demos, _ = collect_demonstrations(tasks, load_pool_specs(resolve_pool_path(params.evaluate.executors)),
+                                      params.engine, seed=args.seed, mix=cfg.teachers, style=params.policy.prompt,
+                                      generated_share=cfg.generated_pool_share, explore_accept=cfg.explore_accept,
+                                      explore_accept_free=cfg.explore_accept_free)
+    keep = set(filter(None, args.teachers.split(",")))
+    plan = [d for d in demos if d.kind == "plan" and (not keep or d.teacher.split(":")[0] in keep)]
+    examples = merge_copies([e for d in plan if (e := encode_pair(tok, d.prompt, d.completion, cfg.max_seq_len))])
+    if not examples:
+        print(f"plan_reading: no plan questions (policy.prompt {params.policy.prompt}, teachers {args.teachers or 'all'})",
+              file=sys.stderr)
+        return 2
+    print(f"{len(plan)} plan questions ({len(examples)} distinct question-answer pairs) from {len(demos)} demonstrations")
+    model = AutoModelForCausalLM.from_pretrained(str(init))
+
+    def p3(question: str) -> float:
+        """P(#3) / (P(#2) + P(#3)) for the slot answer ``S1 | #k | -``."""
+        p = prompt_ids(tok, question)
+        probs = []
+        for k in (2, 3):
+            c = tok(f"S1 | #{k} | -", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            logp = model(torch.tensor([p + c])).logits.log_softmax(-1)[0]
+            probs.append(math.exp(sum(float(logp[len(p) + i - 1, t]) for i, t in enumerate(c))))
+        return probs[1] / sum(probs)
+
+    def probe(step: int, total: int, loss: float) -> None:
+        if step % args.every and step != total:
+            return
+        model.eval()
+        cells = []
+        with torch.no_grad():
+            for skill, menu in MENUS.items():
+                for note in ("", " x1", " P1"):
+                    ps = [p3(f"### S1 P1 {skill} {d}{note}: {menu}\n### decide: plan for Solve P1\n")
+                          for d in ("easy", "normal", "hard")]
+                    cells.append(f"{skill[:3]}{note or ' x0'} " + "/".join(f"{x:.2f}" for x in ps))
+        model.train()
+        print(f"step {step}/{total} loss {loss:.3f}  P(#3) easy/normal/hard: " + "  ".join(cells), flush=True)
+
+    sft_train(model, examples, accelerator=Accelerator(cpu=True), lr=cfg.lr, epochs=args.epochs,
+              tokens_per_batch=cfg.tokens_per_batch, seed=args.seed, pad_id=tok.pad_token_id,
+              group_prompts=args.batch_by_question, on_step=probe)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

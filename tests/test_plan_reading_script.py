@@ -1,0 +1,42 @@
+"""scripts/plan_reading.py: a fresh policy taught the plan-slot questions alone, probed as it learns."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_tiny_params
+
+
+def _script():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("plan_reading", REPO / "scripts/plan_reading.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_tiers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from e3orch.cli import main
+
+    params = write_tiny_params(tmp_path_factory.mktemp("plan-reading"), policy={"prompt": "per_part_tiers"})
+    assert main(["prepare", "--params", str(params)]) == 0
+    return params
+
+
+def test_it_probes_every_skill_note_and_difficulty_as_it_trains(tiny_tiers: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _script().main(["--params", str(tiny_tiers), "--epochs", "2", "--every", "1", "--batch-by-question"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step ")]
+    assert lines and lines[-1].split()[1].split("/")[0] == lines[-1].split()[1].split("/")[1]  # the last step probed
+    cells = re.findall(r"(ret|rea) (x0|x1|P1) ((?:[01]\.\d\d/){2}[01]\.\d\d)", lines[-1])
+    assert [(s, n) for s, n, _ in cells] == [(s, n) for s in ("ret", "rea") for n in ("x0", "x1", "P1")]
+    assert all(0.0 <= float(p) <= 1.0 for _, _, ps in cells for p in ps.split("/"))
+
+
+def test_a_teacher_with_no_plan_questions_is_a_one_line_error(tiny_tiers: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _script().main(["--params", str(tiny_tiers), "--teachers", "nobody"]) == 2
+    assert capsys.readouterr().err.strip() == "plan_reading: no plan questions (policy.prompt per_part_tiers, teachers nobody)"
