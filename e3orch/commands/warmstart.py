@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         tracker.log_policy(out, name="warmstart")
     print(f"wrote {out}: {info['demonstrations']} demonstrations from {info['teacher_episodes']} teacher episodes, "
           f"{stats.steps} steps, final loss {stats.final_loss:.3f}, {stats.seconds:.0f}s")
+    if info["plan_steps"]:
+        print(f"before that, the plan questions alone (warmstart.plan_epochs): {info['plan_steps']} steps, "
+              f"{info['plan_seconds']:.0f}s")
     for r in info["corrections"]:
         print(f"correction round {r['round']}: the policy ran {r['tasks']} tasks (accuracy {r['policy_accuracy']:.3f}, "
               f"cost {r['policy_cost']:.3f}) and agreed with its teachers on {r['agreement']:.0%} of {r['decisions']} "
