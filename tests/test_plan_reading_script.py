@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO, write_tiny_params
+from conftest import REPO, write_tiny_params
 
 
 def _script():  # type: ignore[no-untyped-def]
