@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 import tempfile
 from pathlib import Path
@@ -46,13 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from e3orch.commands.common import resolve_pool_path, sim_tasks
     from e3orch.config import load_params
-    from e3orch.data.sim import stable_seed
     from e3orch.executors.base import load_pool_specs
     from e3orch.policy.backends.hf import load_tokenizer
     from e3orch.policy.model import create_default_policy
     from e3orch.training.data import encode_pair, merge_copies, prompt_ids
-    from e3orch.training.demos import collect_demonstrations
     from e3orch.training.sft import sft_train
+    from e3orch.training.warmstart import teacher_demonstrations
 
     torch.set_num_threads(args.threads)
     params = load_params(args.params)
@@ -60,12 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     init = Path(tempfile.mkdtemp(prefix="plan-reading-")) / "init"
     create_default_policy(params, init, seed=args.seed)
     tok = load_tokenizer(str(init))
-    train = sim_tasks(params, "train")
-    tasks = random.Random(stable_seed("warmstart", args.seed)).sample(list(train), min(cfg.tasks, len(train)))
-    demos, _ = collect_demonstrations(tasks, load_pool_specs(resolve_pool_path(params.evaluate.executors)),
-                                      params.engine, seed=args.seed, mix=cfg.teachers, style=params.policy.prompt,
-                                      generated_share=cfg.generated_pool_share, explore_accept=cfg.explore_accept,
-                                      explore_accept_free=cfg.explore_accept_free)
+    demos, _ = teacher_demonstrations(params, sim_tasks(params, "train"),
+                                      load_pool_specs(resolve_pool_path(params.evaluate.executors)), args.seed)
     keep = set(filter(None, args.teachers.split(",")))
     plan = [d for d in demos if d.kind == "plan" and (not keep or d.teacher.split(":")[0] in keep)]
     examples = merge_copies([e for d in plan if (e := encode_pair(tok, d.prompt, d.completion, cfg.max_seq_len))])

@@ -19,6 +19,7 @@ from e3orch.config import Params, WarmstartConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
+from e3orch.orchestration.types import Episode
 from e3orch.policy.prompts import asks_about_result, echo_part
 from e3orch.training.data import Example, encode_pair, merge_copies
 from e3orch.training.demos import Demo, collect_corrections, collect_demonstrations
@@ -57,6 +58,17 @@ def taught_completion(demo: Demo, cfg: WarmstartConfig) -> str:
     return echo_part(demo.prompt, demo.completion) if cfg.slot_echo and demo.kind == "plan" else demo.completion
 
 
+def teacher_demonstrations(params: Params, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
+                           seed: int) -> tuple[list[Demo], list[Episode]]:
+    """The warm start's demonstrations for ``seed``: ``warmstart.tasks`` train tasks drawn with it,
+    each run by a teacher of ``warmstart.teachers`` on its own randomised pool."""
+    cfg = params.warmstart
+    tasks = random.Random(stable_seed("warmstart", seed)).sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
+    return collect_demonstrations(tasks, specs, params.engine, seed=seed, mix=cfg.teachers, style=params.policy.prompt,
+                                  generated_share=cfg.generated_pool_share, explore_accept=cfg.explore_accept,
+                                  explore_accept_free=cfg.explore_accept_free)
+
+
 def warmstart(
     params: Params,
     train_tasks: Sequence[Task],
@@ -82,12 +94,7 @@ def warmstart(
     with acc.main_process_first():  # one process builds the default policy; the others then load it
         if not params.policy.base_model and not (init / "config.json").exists():
             create_default_policy(params, init, seed=cfg.seed)
-    rng = random.Random(stable_seed("warmstart", cfg.seed))
-    tasks = rng.sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
-    demos, episodes = collect_demonstrations(tasks, specs, params.engine, seed=cfg.seed, mix=cfg.teachers,
-                                             style=params.policy.prompt, generated_share=cfg.generated_pool_share,
-                                             explore_accept=cfg.explore_accept,
-                                             explore_accept_free=cfg.explore_accept_free)
+    demos, episodes = teacher_demonstrations(params, train_tasks, specs, cfg.seed)
     tokenizer = load_tokenizer(str(init))
     examples = []
     budget = params.policy.max_prompt_tokens
