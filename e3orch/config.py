@@ -312,6 +312,10 @@ class WarmstartConfig(_Section):
     batch_by_question: bool = Field(
         False, description="every answer the teachers gave one question lands in the same SFT batch, so a step teaches "
         "their mixture rather than one draw of it; false: batches by length alone")
+    soft_labels: bool = Field(
+        False, description="factored styles: every plan slot question, in the demonstrations and the correction rounds, "
+        "is taught every answer the teachers' mix gives there, each weighing its share of the mix (explore's three needs a "
+        "third of its share each), instead of the one teacher's answer that acted")
     tokens_per_batch: int = Field(2048, ge=256, description="padded tokens per optimizer step (per process)")
     max_seq_len: int = Field(1024, ge=64)
     dagger_rounds: int = Field(2, ge=0, description="correction rounds after cloning: the policy acts, its teachers label (DAgger)")
@@ -502,6 +506,7 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     params = Params(**sections)
     # options that work on a plan asked slot by slot
     for key, on in (("warmstart.slot_echo", params.warmstart.slot_echo),
+                    ("warmstart.soft_labels", params.warmstart.soft_labels),
                     ("rollout.slot_alternatives", params.rollout.slot_alternatives)):
         if on and params.policy.prompt not in FACTORED_STYLES:
             raise ConfigError(f"{source}: {key}: needs policy.prompt: {', '.join(FACTORED_STYLES[:-1])} or "

@@ -4,6 +4,7 @@ start's plan questions alone, probed every few steps.
     .venv/bin/python scripts/plan_reading.py --seed 1                      # every teacher, batches by length
     .venv/bin/python scripts/plan_reading.py --seed 1 --batch-by-question  # every answer of a question in one batch
     .venv/bin/python scripts/plan_reading.py --seed 1 --teachers heuristic # one teacher's answers only
+    .venv/bin/python scripts/plan_reading.py --seed 1 --soft-labels       # every question taught the whole mix's answers
 
 The demonstrations are those `e3orch warmstart` collects for `warmstart.seed` = --seed (its tasks,
 teacher mix and pools); only their plan-slot questions are trained on (a factored `policy.prompt`),
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=float, default=20.0, help="passes over the plan questions (default 20)")
     ap.add_argument("--teachers", default="", help="comma-separated teachers whose answers are kept (default: all)")
     ap.add_argument("--batch-by-question", action="store_true", help="every answer of a question in one batch")
+    ap.add_argument("--soft-labels", action="store_true",
+                    help="every question taught every answer of the mix, each weighing its share (warmstart.soft_labels)")
     ap.add_argument("--every", type=int, default=100, help="probe every N steps (default 100)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     params = load_params(args.params)
+    if args.soft_labels:
+        params = params.model_copy(update={"warmstart": params.warmstart.model_copy(update={"soft_labels": True})})
     cfg = params.warmstart
     init = Path(tempfile.mkdtemp(prefix="plan-reading-")) / "init"
     create_default_policy(params, init, seed=args.seed)
@@ -62,12 +67,18 @@ def main(argv: list[str] | None = None) -> int:
                                       load_pool_specs(resolve_pool_path(params.evaluate.executors)), args.seed)
     keep = set(filter(None, args.teachers.split(",")))
     plan = [d for d in demos if d.kind == "plan" and (not keep or d.teacher.split(":")[0] in keep)]
-    examples = merge_copies([e for d in plan if (e := encode_pair(tok, d.prompt, d.completion, cfg.max_seq_len))])
+    examples = []
+    for d in plan:
+        if (e := encode_pair(tok, d.prompt, d.completion, cfg.max_seq_len)) is not None:
+            e.weight = d.weight  # a soft label's share of its question
+            examples.append(e)
+    examples = merge_copies(examples)
     if not examples:
         print(f"plan_reading: no plan questions (policy.prompt {params.policy.prompt}, teachers {args.teachers or 'all'})",
               file=sys.stderr)
         return 2
-    print(f"{len(plan)} plan questions ({len(examples)} distinct question-answer pairs) from {len(demos)} demonstrations")
+    print(f"{round(sum(d.weight for d in plan))} plan questions ({len(examples)} distinct question-answer pairs) "
+          f"from {len(demos)} demonstrations")
     model = AutoModelForCausalLM.from_pretrained(str(init))
 
     def p3(question: str) -> float:

@@ -264,6 +264,12 @@ def test_slot_echo_needs_a_plan_asked_slot_by_slot() -> None:
     assert parse_params({"warmstart": {"slot_echo": True}}).warmstart.slot_echo  # per_part_tiers, the default
 
 
+def test_soft_labels_need_a_plan_asked_slot_by_slot() -> None:
+    msg = _error({"warmstart": {"soft_labels": True}, "policy": {"prompt": "full"}})
+    assert "warmstart.soft_labels" in msg and "policy.prompt: factored" in msg and "'full'" in msg
+    assert parse_params({"warmstart": {"soft_labels": True}}).warmstart.soft_labels
+
+
 def test_impossible_combination_names_the_dotted_key() -> None:
     msg = _error({"engine": {"max_plan_subtasks": 40, "max_total_subtasks": 32}})
     assert "engine.max_plan_subtasks" in msg

@@ -39,3 +39,17 @@ def test_it_probes_every_skill_note_and_difficulty_as_it_trains(tiny_tiers: Path
 def test_a_teacher_with_no_plan_questions_is_a_one_line_error(tiny_tiers: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _script().main(["--params", str(tiny_tiers), "--teachers", "nobody"]) == 2
     assert capsys.readouterr().err.strip() == "plan_reading: no plan questions (policy.prompt per_part_tiers, teachers nobody)"
+
+
+def test_soft_labels_ask_the_same_questions_with_the_mix_of_answers(tiny_tiers: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    counts = []
+    for extra in ([], ["--soft-labels"]):
+        assert _script().main(["--params", str(tiny_tiers), "--epochs", "0.5", "--every", "1000", *extra]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        m = re.fullmatch(r"(\d+) plan questions \((\d+) distinct question-answer pairs\) from (\d+) demonstrations", head)
+        assert m, head
+        counts.append(tuple(int(x) for x in m.groups()))
+    (questions, pairs, _), (soft_questions, soft_pairs, _) = counts
+    # the same questions (their shares sum to one each); every answer any teacher of the mix gives them
+    assert soft_questions == questions > 0 and soft_pairs > pairs

@@ -173,10 +173,12 @@ class ExploreOrchestrator(RuleOrchestrator):
     threshold there instead: the repair-or-move-on choice then depends on what a repair costs."""
 
     def __init__(self, name: str, only: str | None = None, seed: int = 0,
-                 accept: tuple[float, float] | None = None, accept_free: tuple[float, float] | None = None) -> None:
+                 accept: tuple[float, float] | None = None, accept_free: tuple[float, float] | None = None,
+                 need: int | None = None) -> None:
         super().__init__(name, only, seed)
         self.accept = accept
         self.accept_free = accept_free
+        self.need = need  # one of MENU_NEEDS: every subtask takes that need instead of a drawn one
         self._free_skills: frozenset[str] = frozenset()
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
@@ -186,6 +188,8 @@ class ExploreOrchestrator(RuleOrchestrator):
         return await super().decide(obs, kind)
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
+        if self.need is not None:
+            return router.cheapest_at_least(part.skill, self.need)
         rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
         return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
 

@@ -23,9 +23,9 @@ from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
-from e3orch.orchestration.handwritten import make_handwritten
+from e3orch.orchestration.handwritten import ExploreOrchestrator, make_handwritten
 from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_lines
-from e3orch.orchestration.reading import menus_for, parse_parts, plan_slots
+from e3orch.orchestration.reading import MENU_NEEDS, menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
@@ -52,6 +52,7 @@ class Demo:
     correct: bool = False
     cost: float = 0.0
     style: PromptStyle = "full"
+    weight: float = 1.0  # with soft labels, the share of the teachers' mix that answers the prompt so
 
     def budgeted_prompt(self, count_tokens: Callable[[str], int], max_tokens: int) -> str:
         """The prompt with the history trimming the policy meets at inference (oldest milestones
@@ -71,35 +72,44 @@ class Recorder(Orchestrator):
     line that solves its slot's part leaves the instruction out (``S2 | #1 | -``).
 
     With ``actor`` the actor's decision is the one executed and the teacher only labels the states
-    the actor reaches (its empty labels are not recorded)."""
+    the actor reaches (its empty labels are not recorded).
+
+    With ``labellers`` (weight, teacher) every plan state is also answered by each of them: the
+    plan the whole mix would make there, recorded beside the teacher's own (soft labels)."""
 
     def __init__(self, inner: Orchestrator, handles: bool = True, style: PromptStyle = "full",
-                 actor: Orchestrator | None = None) -> None:
+                 actor: Orchestrator | None = None,
+                 labellers: Sequence[tuple[float, Orchestrator]] = ()) -> None:
         self.inner = inner
         self.handles = handles
         self.style = style
         self.actor = actor
+        self.labellers = labellers
         self.name = inner.name
-        self.records: list[tuple[DecisionType, Observation, str]] = []
+        self.records: list[tuple[DecisionType, Observation, str, list[tuple[float, str]]]] = []
         self.agreed = 0
+
+    def _taught(self, obs: Observation, kind: DecisionType, text: str) -> str:
+        if not (self.handles and kind == "plan"):
+            return text
+        names = [c.name for c in obs.cards]
+        if self.style in COMPACT_STYLES:
+            parts = parse_parts(obs.question)[0]
+            return to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
+                                 plan_slots(parts, obs.pending_milestone))
+        return to_handles(text, names)
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
-        taught = text
-        if self.handles and kind == "plan":
-            names = [c.name for c in obs.cards]
-            if self.style in COMPACT_STYLES:
-                parts = parse_parts(obs.question)[0]
-                taught = to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
-                                       plan_slots(parts, obs.pending_milestone))
-            else:
-                taught = to_handles(text, names)
+        taught = self._taught(obs, kind, text)
+        mixed = ([(w, self._taught(obs, kind, await t.decide(obs, kind))) for w, t in self.labellers]
+                 if kind == "plan" else [])
         if self.actor is None:
-            self.records.append((kind, obs, taught))
+            self.records.append((kind, obs, taught, mixed))
             return text
         acted = await self.actor.decide(obs, kind)
         if taught.strip():
-            self.records.append((kind, obs, taught))
+            self.records.append((kind, obs, taught, mixed))
             self.agreed += _same(kind, obs, acted, taught, self.style)
         return acted
 
@@ -114,15 +124,55 @@ def _same(kind: DecisionType, obs: Observation, acted: str, taught: str, style: 
     return acted.strip() == taught.strip()
 
 
-def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: PromptStyle) -> list[tuple[str, str]]:
-    """The (prompt, completion) pairs one taught decision becomes: one, or with a factored style
-    one per plan slot (none for a plan that cannot be taught slot by slot), and with ``per_part``
-    one per part a milestone could act on (none for a milestone that cannot be taught part by part)."""
+def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: PromptStyle,
+                  mixed: Sequence[tuple[float, str]] = ()) -> list[tuple[str, str, float]]:
+    """The (prompt, completion, weight) triples one taught decision becomes: one, or with a factored
+    style one per plan slot (none for a plan that cannot be taught slot by slot), and with
+    ``per_part`` one per part a milestone could act on (none for a milestone that cannot be taught
+    part by part). With ``mixed`` (the mix's plans, weighed) a plan slot's question is taught every
+    answer the mix gives it, each weighing its share (together 1), instead of the teacher's own."""
     questions = sub_prompts(obs, kind, style)
     if questions is not None:
+        shares = _slot_shares(obs, mixed, len(questions)) if kind == "plan" and mixed else None
+        if shares is not None:
+            return [(q, a, w) for q, share in zip(questions, shares) for a, w in share.items()]
         answers = split_decision(obs, taught, kind)
-        return list(zip(questions, answers)) if answers is not None else []
-    return [(render_prompt(obs, kind, style=style), taught)]
+        return [(q, a, 1.0) for q, a in zip(questions, answers)] if answers is not None else []
+    return [(render_prompt(obs, kind, style=style), taught, 1.0)]
+
+
+def _slot_shares(obs: Observation, mixed: Sequence[tuple[float, str]], slots: int) -> list[dict[str, float]] | None:
+    """Each plan slot's answers under the weighed plans ``mixed`` and their shares (summing to 1
+    over the plans that can be taught slot by slot); None when none can."""
+    shares: list[dict[str, float]] = [{} for _ in range(slots)]
+    total = 0.0
+    for w, text in mixed:
+        answers = split_decision(obs, text, "plan")
+        if answers is None or len(answers) != slots:
+            continue
+        total += w
+        for share, a in zip(shares, answers):
+            share[a] = share.get(a, 0.0) + w
+    if total <= 0:
+        return None
+    return [{a: w / total for a, w in share.items()} for share in shares]
+
+
+def mix_labellers(mix: dict[str, float], pool_names: Sequence[str], seed: int = 0) -> list[tuple[float, Orchestrator]]:
+    """The teachers of ``mix`` as plan-makers, each weighing how often the mix answers as it does:
+    ``explore`` once per need it draws from (uniformly), ``single`` once per pool member. What they
+    answer at a plan state is the mix's distribution there (``warmstart.soft_labels``)."""
+    total = sum(mix.values())
+    out: list[tuple[float, Orchestrator]] = []
+    for name, w in mix.items():
+        share = w / total
+        if name == "explore":
+            out += [(share / len(MENU_NEEDS), ExploreOrchestrator(name, seed=seed, need=need)) for need in MENU_NEEDS]
+        elif name == "single":
+            out += [(share / len(pool_names), make_handwritten(f"single:{n}", pool_names, seed=seed)) for n in pool_names]
+        else:
+            out.append((share, make_handwritten(name, pool_names, seed=seed)))
+    return out
 
 
 def pick_teacher(rng: random.Random, names: Sequence[str], mix: dict[str, float]) -> str:
@@ -135,17 +185,20 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
                    mix: dict[str, float], randomize: bool, style: PromptStyle,
                    actor: Orchestrator | None = None, stream: str = "demo", generated_share: float = 0.0,
                    explore_accept: tuple[float, float] | None = None,
-                   explore_accept_free: tuple[float, float] | None = None) -> tuple[list[Demo], list[Episode], int]:
+                   explore_accept_free: tuple[float, float] | None = None,
+                   soft_labels: bool = False) -> tuple[list[Demo], list[Episode], int]:
     async def one(task: Task) -> tuple[list[Demo], Episode, int]:
         rng = random.Random(stable_seed(stream, seed, task.task_id))
         task_specs = training_pool(specs, rng, generated_share) if randomize else list(specs)
         pool = build_pool(task_specs)
         teacher = pick_teacher(rng, pool.names, mix)
+        labellers = mix_labellers(mix, pool.names, seed) if soft_labels and style in FACTORED_STYLES else []
         rec = Recorder(make_handwritten(teacher, pool.names, seed=seed, explore_accept=explore_accept,
-                                        explore_accept_free=explore_accept_free), style=style, actor=actor)
+                                        explore_accept_free=explore_accept_free), style=style, actor=actor,
+                       labellers=labellers)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
-        demos = [Demo(task.task_id, teacher, k, prompt, c, obs=o, correct=ep.correct, cost=ep.cost, style=style)
-                 for k, o, taught in rec.records for prompt, c in _taught_pairs(k, o, taught, style)]
+        demos = [Demo(task.task_id, teacher, k, prompt, c, obs=o, correct=ep.correct, cost=ep.cost, style=style, weight=w)
+                 for k, o, taught, mixed in rec.records for prompt, c, w in _taught_pairs(k, o, taught, style, mixed)]
         return demos, ep, rec.agreed
 
     # in task order, not in the order episodes happen to finish (the training data's order)
@@ -165,10 +218,14 @@ def collect_demonstrations(
     generated_share: float = 0.0,
     explore_accept: tuple[float, float] | None = None,
     explore_accept_free: tuple[float, float] | None = None,
+    soft_labels: bool = False,
 ) -> tuple[list[Demo], list[Episode]]:
+    """The teachers' episodes on ``tasks`` and the demonstrations they make. ``soft_labels``
+    (factored styles): every plan slot is taught the whole mix's answers there, each weighing its
+    share, not just the acting teacher's (the episodes are the same)."""
     demos, episodes, _ = asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style,
                                               generated_share=generated_share, explore_accept=explore_accept,
-                                              explore_accept_free=explore_accept_free))
+                                              explore_accept_free=explore_accept_free, soft_labels=soft_labels))
     return demos, episodes
 
 
@@ -184,10 +241,13 @@ def collect_corrections(
     generated_share: float = 0.0,
     explore_accept: tuple[float, float] | None = None,
     explore_accept_free: tuple[float, float] | None = None,
+    soft_labels: bool = False,
 ) -> tuple[list[Demo], list[Episode], int]:
     """The ``actor`` (a policy) runs the tasks on randomised pools; at every state it reaches, the
-    task's teacher says what it would have done. Returns the teacher-labelled demos, the actor's
-    episodes, and how many of its decisions matched the label exactly."""
+    task's teacher says what it would have done (with ``soft_labels``, at a plan state the whole
+    mix does). Returns the teacher-labelled demos, the actor's episodes, and how many of its
+    decisions matched the task teacher's label exactly."""
     return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, True, style,
                                 actor=actor, stream="dagger", generated_share=generated_share,
-                                explore_accept=explore_accept, explore_accept_free=explore_accept_free))
+                                explore_accept=explore_accept, explore_accept_free=explore_accept_free,
+                                soft_labels=soft_labels))

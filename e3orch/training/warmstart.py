@@ -58,6 +58,23 @@ def taught_completion(demo: Demo, cfg: WarmstartConfig) -> str:
     return echo_part(demo.prompt, demo.completion) if cfg.slot_echo and demo.kind == "plan" else demo.completion
 
 
+def encode_demos(demos: Sequence[Demo], tokenizer: Any, cfg: WarmstartConfig, max_prompt_tokens: int) -> list[Example]:
+    """The SFT examples of ``demos``: each demonstration's prompt (a full prompt trimmed to
+    ``max_prompt_tokens``) and taught completion, ``demo_copies`` times, each copy weighing the
+    demonstration's weight (a soft label's share of its question, 1 otherwise); too long ones are left out."""
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    out: list[Example] = []
+    for d in demos:
+        e = encode_pair(tokenizer, d.budgeted_prompt(count, max_prompt_tokens), taught_completion(d, cfg), cfg.max_seq_len)
+        if e is None:
+            continue
+        e.weight = d.weight
+        out.extend([e] * demo_copies(d, cfg))
+    return out
+
+
 def teacher_demonstrations(params: Params, train_tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
                            seed: int) -> tuple[list[Demo], list[Episode]]:
     """The warm start's demonstrations for ``seed``: ``warmstart.tasks`` train tasks drawn with it,
@@ -66,7 +83,7 @@ def teacher_demonstrations(params: Params, train_tasks: Sequence[Task], specs: S
     tasks = random.Random(stable_seed("warmstart", seed)).sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     return collect_demonstrations(tasks, specs, params.engine, seed=seed, mix=cfg.teachers, style=params.policy.prompt,
                                   generated_share=cfg.generated_pool_share, explore_accept=cfg.explore_accept,
-                                  explore_accept_free=cfg.explore_accept_free)
+                                  explore_accept_free=cfg.explore_accept_free, soft_labels=cfg.soft_labels)
 
 
 def warmstart(
@@ -96,20 +113,9 @@ def warmstart(
             create_default_policy(params, init, seed=cfg.seed)
     demos, episodes = teacher_demonstrations(params, train_tasks, specs, cfg.seed)
     tokenizer = load_tokenizer(str(init))
-    examples = []
-    budget = params.policy.max_prompt_tokens
-
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode(ds: Sequence[Demo]) -> list[Example]:
-        out: list[Example] = []
-        for d in ds:
-            e = encode_pair(tokenizer, d.budgeted_prompt(count, budget), taught_completion(d, cfg), cfg.max_seq_len)
-            if e is None:
-                continue
-            out.extend([e] * demo_copies(d, cfg))
-        return out
+        return encode_demos(ds, tokenizer, cfg, params.policy.max_prompt_tokens)
 
     examples = merge_copies(encode(demos))
     torch.manual_seed(cfg.seed)
@@ -204,7 +210,8 @@ def correct(
                                                        mix=cfg.teachers, style=pc.prompt,
                                                        generated_share=cfg.generated_pool_share,
                                                        explore_accept=cfg.explore_accept,
-                                                       explore_accept_free=cfg.explore_accept_free)
+                                                       explore_accept_free=cfg.explore_accept_free,
+                                                       soft_labels=cfg.soft_labels)
         new = encode(labels)
         runs = [(e.correct, e.cost) for e in episodes]
         counts = [len(labels), agreed]

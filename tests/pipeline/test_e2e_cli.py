@@ -289,10 +289,12 @@ def test_the_default_rl_setting_end_to_end(tmp_path: Path, prompt: str) -> None:
     """params.yaml's own setting (per_part_tiers prompts, explore drawing its repair threshold, the
     greedy spine's alternatives judged by probes, milestone flips of result parts only) on the tiny
     sizes: the warm start is taught part-by-part answers, and an RL round compares alternatives. The
-    same with numeric menu prices (configs/params-heuristic-start.yaml), which the policy then keeps using."""
+    same with numeric menu prices (configs/params-heuristic-start.yaml), which the policy then keeps using,
+    and soft labels."""
     sections = default_rl_sections(tmp_path)
-    if prompt != "params.yaml":
+    if prompt != "params.yaml":  # and every plan slot taught the whole teacher mix's answers (warmstart.soft_labels)
         sections["policy"]["prompt"] = prompt
+        sections["warmstart"]["soft_labels"] = True
     sections["train"].update(rounds=1, checkpoint_dir=str(tmp_path / "ckpt"))
     params = write_tiny_params(tmp_path, **sections)
     assert main(["prepare", "--params", str(params)]) == 0

@@ -34,16 +34,17 @@ def test_with_an_actor_the_actor_acts_and_the_teacher_labels_every_state_it_reac
     assert acted.answer == alone.answer and acted.cost == alone.cost
     # every state the actor reached is labelled with what the heuristic would do there
     assert len(rec.records) == 2 * len(alone.milestones) + 1
-    kind, obs, label = rec.records[0]
+    kind, obs, label, _ = rec.records[0]
     assert kind == "milestone" and obs.history == ()
     wide = [line.split(":")[0] for line in task.question.splitlines() if ", using" not in line and line[:1] == "P"]
     assert len(wide) >= 2
     assert label == "MILESTONE: Solve " + ", ".join(wide)          # the heuristic solves the independent parts at once
     assert alone.milestones[0].text == f"Solve {wide[0]}"           # while the actor took one
     assert rec.agreed < len(rec.records)
-    kind, obs, label = rec.records[1]
+    kind, obs, label, mixed = rec.records[1]
     assert kind == "plan" and obs.pending_milestone == f"Solve {wide[0]}"
     assert re.fullmatch(r"S1 \| #\d \| -", label)  # its slot's part by menu rank, no instruction to copy
+    assert mixed == []  # no labellers: the teacher's own answer only
 
 
 def test_without_an_actor_the_teacher_acts_and_everything_is_recorded() -> None:
@@ -175,3 +176,82 @@ def test_factored_agreement_compares_slots_not_the_wiring() -> None:
     assert not _same("plan", obs, "S1 | #1 | -\nS2 | #2 | S1", taught, "factored")
     assert not _same("plan", obs, "S1 | #1 | -\nS2 | #3 | S1", taught, "compact")  # compact compares the text
     assert _same("milestone", obs, "MILESTONE: Solve P1", "MILESTONE: Solve P1", "factored")
+
+
+def test_mix_labellers_weigh_each_answer_by_its_share_of_the_mix() -> None:
+    from e3orch.training.demos import mix_labellers
+
+    names = ["a", "b", "c"]
+    labellers = mix_labellers({"heuristic": 2.0, "explore": 1.0, "single": 1.0}, names)
+    # heuristic half the mix; explore's three needs and single's three executors a twelfth each
+    assert [(round(w, 6), t.name) for w, t in labellers] == [
+        (0.5, "heuristic"), (0.083333, "explore"), (0.083333, "explore"), (0.083333, "explore"),
+        (0.083333, "single:a"), (0.083333, "single:b"), (0.083333, "single:c")]
+    assert [t.need for _, t in labellers[1:4]] == [1, 2, 3]  # type: ignore[attr-defined]
+
+
+def test_soft_labels_teach_every_plan_slot_the_mix_of_answers() -> None:
+    from e3orch.training.demos import collect_demonstrations
+
+    tasks = [generate_task(0, d, i, "train") for d in ("research", "multihop", "math") for i in range(3)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    mix = {"heuristic": 0.4, "explore": 0.3, "thrifty": 0.3}
+    hard, hard_eps = collect_demonstrations(tasks, specs, EngineConfig(), mix=mix, randomize=False, style="per_part_tiers")
+    soft, soft_eps = collect_demonstrations(tasks, specs, EngineConfig(), mix=mix, randomize=False, style="per_part_tiers",
+                                            soft_labels=True)
+    # the same episodes and milestone questions; only the plan slots' answers change
+    assert [(e.correct, e.cost) for e in soft_eps] == [(e.correct, e.cost) for e in hard_eps]
+    assert ([(d.prompt, d.completion, d.weight) for d in soft if d.kind == "milestone"]
+            == [(d.prompt, d.completion, d.weight) for d in hard if d.kind == "milestone"])
+    assert all(d.weight == 1.0 for d in hard)
+    shares: dict[str, dict[str, float]] = {}
+    for d in soft:
+        if d.kind == "plan":
+            shares.setdefault(d.prompt, {})[d.completion] = shares.get(d.prompt, {}).get(d.completion, 0.0) + d.weight
+    # every question the teachers were asked is still asked as often, its answers' shares summing to one each time
+    asked: dict[str, int] = {}
+    for d in hard:
+        if d.kind == "plan":
+            asked[d.prompt] = asked.get(d.prompt, 0) + 1
+    assert {p: round(sum(s.values()), 9) for p, s in shares.items()} == asked
+    shares = {p: {a: w / asked[p] for a, w in s.items()} for p, s in shares.items()}
+    # on the default pool a lookup's menu is #1 good free | #2 good free | #3 strong premium: heuristic (0.4) sends a
+    # hard first attempt to #3, an easier one to #2; thrifty (0.3) every first attempt to #2; both every repair to #3;
+    # explore (0.3) draws fair, good or strong, which name the search tool (#2) twice and the frontier model (#3) once
+    want = {"easy": {"#2": 0.9, "#3": 0.1}, "normal": {"#2": 0.9, "#3": 0.1}, "hard": {"#2": 0.5, "#3": 0.5},
+            "repair": {"#2": 0.2, "#3": 0.8}}
+    seen = set()
+    for prompt, share in shares.items():
+        m = re.match(r"### S1 P\d+ (\w+) (\w+)( x\d)?: ", prompt)
+        assert m is not None
+        got = {a.split(" | ")[1]: round(w, 9) for a, w in share.items()}
+        if m.group(1) == "retrieve":
+            case = "repair" if m.group(3) else m.group(2)
+            assert got == want[case], (prompt, got)
+            seen.add(case)
+        elif m.group(1) == "compute":  # the calculator is all three needs: every teacher answers #3
+            assert got == {"#3": 1.0}
+    assert seen == set(want)
+
+
+def test_soft_labels_weigh_the_sft_examples(tiny_init_root: Path) -> None:
+    from e3orch.config import WarmstartConfig
+    from e3orch.policy.backends.hf import load_tokenizer
+    from e3orch.training.data import merge_copies
+    from e3orch.training.demos import collect_demonstrations
+    from e3orch.training.warmstart import encode_demos
+
+    tok = load_tokenizer(str(tiny_init_root / "models/init"))
+    tasks = [generate_task(0, "multihop", i, "train") for i in range(3)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    soft, _ = collect_demonstrations(tasks, specs, EngineConfig(), mix={"heuristic": 0.4, "explore": 0.3, "thrifty": 0.3},
+                                     randomize=False, style="per_part_tiers", soft_labels=True)
+    cfg = WarmstartConfig(plan_oversample=2, answer_oversample=1, result_oversample=1)
+    examples = merge_copies(encode_demos(soft, tok, cfg, 512))
+    by_pair: dict[tuple[str, str], float] = {}
+    for d in soft:  # what each (question, answer) should weigh: its shares, each counted as many times as its copies
+        key = (d.prompt, d.completion)
+        by_pair[key] = by_pair.get(key, 0.0) + d.weight * (2 if d.kind == "plan" else 1)
+    assert len(examples) == len(by_pair)
+    assert sorted(round(e.weight, 9) for e in examples) == sorted(round(w, 9) for w in by_pair.values())
+    assert any(0 < e.weight < 1 for e in examples)  # a hard lookup's #3 is a half of one question, twice
