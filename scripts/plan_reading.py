@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=float, default=20.0, help="passes over the plan questions (default 20)")
-    ap.add_argument("--teachers", default="", help="comma-separated teachers whose answers are kept (default: all)")
+    ap.add_argument("--teachers", default="", help="comma-separated teachers whose episodes' questions are kept (default: "
+                    "all); their answers, or with --soft-labels the whole mix's")
     ap.add_argument("--batch-by-question", action="store_true", help="every answer of a question in one batch")
     ap.add_argument("--soft-labels", action="store_true",
                     help="every question taught every answer of the mix, each weighing its share (warmstart.soft_labels)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,11 +138,14 @@ def warmstart(
                      accelerator=acc, on_step=on_step)
     out = Path(out_dir or cfg.out_dir)
     acc.wait_for_everyone()
+    taught: dict[str, float] = {}  # questions per kind of teacher (single:<x> as single), a soft label's answers as one
+    for d in demos:
+        taught[d.teacher.split(":")[0]] = taught.get(d.teacher.split(":")[0], 0.0) + d.weight
     info = {
-        "demonstrations": len(demos),
+        "demonstrations": round(sum(d.weight for d in demos)),  # questions taught (a soft label's answers share one)
         "teacher_episodes": len(episodes),
         "teacher_accuracy": sum(e.correct for e in episodes) / max(1, len(episodes)),
-        "teachers": dict(sorted(Counter(d.teacher.split(":")[0] for d in demos).items())),
+        "teachers": {t: round(n) for t, n in sorted(taught.items())},
         "steps": stats.steps,
         "final_loss": stats.final_loss,
         "skipped_steps": stats.skipped_steps,
