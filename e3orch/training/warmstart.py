@@ -140,9 +140,10 @@ def warmstart(
     acc.wait_for_everyone()
     taught: dict[str, float] = {}  # questions per kind of teacher (single:<x> as single), a soft label's answers as one
     for d in demos:
-        taught[d.teacher.split(":")[0]] = taught.get(d.teacher.split(":")[0], 0.0) + d.weight
+        kind = d.teacher.split(":")[0]
+        taught[kind] = taught.get(kind, 0.0) + d.weight
     info = {
-        "demonstrations": round(sum(d.weight for d in demos)),  # questions taught (a soft label's answers share one)
+        "demonstrations": round(sum(taught.values())),  # questions taught
         "teacher_episodes": len(episodes),
         "teacher_accuracy": sum(e.correct for e in episodes) / max(1, len(episodes)),
         "teachers": {t: round(n) for t, n in sorted(taught.items())},
