@@ -247,7 +247,8 @@ class Tracker:
         generated pools together and
         ``<benchmark>_accuracy`` / ``<benchmark>_cost`` per benchmark. The ``headline`` system's
         numbers also go onto this run and the pipeline parent, so parents compare across
-        experiments.
+        experiments, with ``targets_met`` / ``targets_judged`` (the training targets of
+        ``metrics["targets"]``) when it is ``e3orch``.
         """
         out = Path(out_dir)
         for name in ("metrics.json", "report.md"):
@@ -269,6 +270,9 @@ class Tracker:
             if name == headline:
                 head = {k: row[k] for k in (*HEADLINE, *(f"{p}_{h}" for p in ("transfer", "generated") for h in HEADLINE))
                         if k in row}
+                targets = metrics.get("targets") or {}
+                if targets.get("judged") and headline == "e3orch":  # the training targets met (e3orch/evaluation/targets.py)
+                    head = {**head, "targets_met": targets["met"], "targets_judged": targets["judged"]}
                 self.log_metrics(head)
                 if self.parent_run_id:
                     self.log_metrics(head, run_id=self.parent_run_id)

@@ -13,7 +13,8 @@
 # split, the executors' randomness and evaluation stay those of params.yaml), then the stages of
 # dvc.yaml — warm start → rollout → score → train → evaluate-all — into $OUT/seed-N/ (OUT=runs unless
 # set; its own models, checkpoints and reports). With the same torch threads, seed 0 is `make run`.
-# `prepare` runs first if data/tasks is missing. The summary goes to $OUT/seeds.md and stdout.
+# `prepare` runs first if data/tasks is missing. The summary (means, spreads and each seed's training
+# targets: e3orch/evaluation/targets.py) goes to $OUT/seeds.md and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E3=${E3:-.venv/bin/e3orch}
@@ -91,4 +92,14 @@ def cell(m):
 for s in seeds:
     print(f"| {s} | " + " | ".join(f"{cell(table(runs[s], p).get('e3orch'))} vs {cell(table(runs[s], p).get('warmstart'))}"
                                    for p in pools) + " |")
+from e3orch.evaluation.targets import TARGETS, judge
+print("\nTraining targets per seed (e3orch/evaluation/targets.py):\n")
+print("| seed | beats its warm start | default pool | transfer pool | generated pools | met |\n|---|---|---|---|---|---|")
+met = judged = 0
+for s in seeds:
+    t = judge(runs[s])
+    marks = ["n/a" if t.get(k, {}).get("ok") is None else ("yes" if t[k]["ok"] else "no") for k in TARGETS]
+    met, judged = met + t["met"], judged + t["judged"]
+    print(f"| {s} | " + " | ".join(marks) + f" | {t['met']} of {t['judged']} |")
+print(f"\n{met} of {judged} per-seed targets met.")
 PY

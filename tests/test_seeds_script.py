@@ -1,5 +1,6 @@
-"""scripts/seeds.sh's summary: mean ± population spread over seeds, per pool and system, and each
-seed's e3orch against its warm start; SUMMARY_ONLY=1 summarises seeds already run (side by side)."""
+"""scripts/seeds.sh's summary: mean ± population spread over seeds, per pool and system, each
+seed's e3orch against its warm start and its training targets; SUMMARY_ONLY=1 summarises seeds
+already run (side by side)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def test_summary_only_gives_mean_and_spread_of_seeds_already_run(tmp_path: Path)
     assert "| thrifty | 0.750 ± 0.000 | 2.500 ± 0.000 | 0.300 ± 0.000 |" in lines
     assert "| e3orch | 0.350 ± 0.050 | 3.000 ± 1.000 | 0.125 ± 0.025 |" in lines  # the transfer pool
     assert "| 1 | 0.800 / 4.000 / 0.200 vs 0.500 / 2.000 / 0.250 | 0.400 / 4.000 / 0.100 vs - |" in lines
+    # the training targets: seed 0 is below 1.16 × thrifty's IE (0.3, within 3 points above it); seed 1
+    # has no rule within 3 points; no rule on the transfer pool and no generated pools: not judged
+    assert "| 0 | yes | no | n/a | n/a | 1 of 2 |" in lines
+    assert "| 1 | yes | yes | n/a | n/a | 2 of 2 |" in lines
+    assert lines[-1] == "3 of 4 per-seed targets met."
     assert (tmp_path / "seeds.md").read_text() == done.stdout
     assert not (tmp_path / "seed-0/params.yaml").exists()  # nothing was run
 

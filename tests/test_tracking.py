@@ -128,6 +128,10 @@ def test_every_system_is_a_nested_run(tracked: dict[str, Any]) -> None:
     assert {"metrics.json", "report.md", "plots", "executors"} <= artifacts
     parent = runs(client, f"tags.`{ROLE_TAG}` = 'pipeline'")[0]
     assert "accuracy" in parent.data.metrics and "transfer_ie" in parent.data.metrics
+    # the training targets met, as metrics.json judged them
+    targets = metrics["targets"]
+    for run in (evaluate, parent):
+        assert run.data.metrics["targets_met"] == targets["met"] and run.data.metrics["targets_judged"] == targets["judged"]
 
 
 def test_other_params_get_another_parent_and_the_same_params_reuse_it(tracked: dict[str, Any]) -> None:

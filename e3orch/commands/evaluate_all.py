@@ -57,5 +57,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"generated pools (never seen in any form; {len(metrics['generated']['pools'])} pools together)",
                       style="bold")
         console.print(render_table(metrics["generated"]["systems"]), soft_wrap=True)
+    targets = metrics.get("targets") or {}
+    if targets.get("judged"):
+        from e3orch.evaluation.targets import describe
+
+        console.print(f"training targets: {targets['met']} of {targets['judged']} met", style="bold")
+        for name, verdict, figures in describe(targets):
+            console.print(f"  {verdict:>3}  {name}: {figures}", soft_wrap=True)
     console.print(f"wrote {args.out or params.evaluate.out_dir}/metrics.json and report.md")
     return 0

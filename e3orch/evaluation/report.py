@@ -104,6 +104,16 @@ def write_report(metrics: dict[str, Any], out: Path, rounds_path: Path | None = 
              "## Systems (default pool)", "", render_table(metrics["systems"], markdown=True), "",
              f"Pareto front (accuracy vs cost): {', '.join(pareto_front(metrics['systems']))}", "",
              "![pareto](pareto.png)", ""]
+    targets = metrics.get("targets") or {}
+    if targets.get("judged"):
+        from e3orch.evaluation.targets import describe
+
+        lines += [f"## Training targets: {targets['met']} of {targets['judged']} met", "",
+                  "`e3orch` against its warm start and the hand-written orchestrators (single executors set no bar; "
+                  "`e3orch/evaluation/targets.py`).", "",
+                  "| target | met | figures |", "|---|---|---|"]
+        lines += [f"| {name} | {verdict} | {figures} |" for name, verdict, figures in describe(targets)]
+        lines.append("")
     if "transfer" in metrics:
         plot_pareto(metrics["transfer"]["systems"], out / "pareto_transfer.png", "accuracy vs cost (transfer pool)")
         lines += ["## Transfer pool (never seen in training)", "",

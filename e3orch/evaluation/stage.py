@@ -5,7 +5,8 @@ Systems: the trained policy (``e3orch``), its warm start (``warmstart``), the ha
 orchestrators and each single executor (single executors only on the two named pools). Writes
 ``reports/metrics.json`` (DESIGN §5 shape: ``systems``, ``per_benchmark``, ``transfer.systems``,
 ``transfer.per_benchmark``; plus ``generated.systems`` over all generated pools' episodes and
-``generated.pools`` per pool), the episodes, the generated pools themselves
+``generated.pools`` per pool; ``targets``: the trained policy's training targets,
+:mod:`e3orch.evaluation.targets`), the episodes, the generated pools themselves
 (``generated_pools/pool-<seed>.yaml``), the Markdown report and the plots.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from e3orch.config import Params
 from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_systems
 from e3orch.evaluation.systems import make_orchestrator
+from e3orch.evaluation.targets import judge
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.files import write_text_atomic
 from e3orch.orchestration.types import Episode
@@ -75,6 +77,7 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
     if ecfg.generated_pools:
         metrics["generated"], gen_groups = evaluate_generated(params, tasks, policies, out / "generated_pools", on_system)
         groups += gen_groups
+    metrics["targets"] = judge(metrics)
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     with (out / "episodes.jsonl.partial").open("w") as f:
         for pool_name, group in groups:

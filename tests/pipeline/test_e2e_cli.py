@@ -13,6 +13,7 @@ from conftest import default_rl_sections, optimizer_step, same_weights, trainer_
 from safetensors.torch import load_file
 
 from e3orch.cli import main
+from e3orch.evaluation.targets import judge
 from e3orch.executors.base import load_pool_specs
 from e3orch.executors.generated import generate_pool
 from e3orch.rollout.records import LEAF_SCHEMA, NODE_SCHEMA, SCORED_SCHEMA
@@ -68,6 +69,9 @@ def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:
     pool = load_pool_specs(pipeline / "reports/generated_pools/pool-0.yaml")
     assert [s.name for s in pool] == m["generated"]["pools"][0]["executors"] == [s.name for s in generate_pool(0)]
     assert "Generated pools (never seen in any form)" in (pipeline / "reports/report.md").read_text()
+    # the training targets, judged on the tables beside them (all four pools and systems are there)
+    assert m["targets"] == judge({k: v for k, v in m.items() if k != "targets"}) and m["targets"]["judged"] == 4
+    assert f"## Training targets: {m['targets']['met']} of 4 met" in (pipeline / "reports/report.md").read_text()
     episodes = [json.loads(line) for line in (pipeline / "reports/episodes.jsonl").read_text().splitlines()]
     assert {e["pool"] for e in episodes} == {"default", "transfer", "generated-0"}
 
