@@ -40,6 +40,15 @@ def test_two_tasks_down_never_beats_the_warm_start_however_cheap() -> None:
     assert judge(metrics((0.721, 0.5), warmstart=(0.736, 2.2)))["beats_warmstart"]["ok"] is False
 
 
+def test_a_warm_start_with_no_accuracy_has_no_ie_to_compare() -> None:
+    t = judge(metrics((0.0, 1.0), warmstart=(0.0, 2.0)))["beats_warmstart"]
+    assert t == {"ok": False, "accuracy_gain": 0.0, "ie_ratio": None}
+    t = judge(metrics((0.007, 1.0), warmstart=(0.0, 2.0)))["beats_warmstart"]
+    assert t["ok"] is True and t["ie_ratio"] is None
+    assert describe(judge(metrics((0.0, 1.0), warmstart=(0.0, 2.0))))[0] == (
+        "beats its warm start", "no", "accuracy +0.0 points, IE the warm start has none")
+
+
 def test_ie_bar_counts_the_rules_within_three_points_or_above() -> None:
     # 0.786: heuristic (0.779) and sequential (0.757) are within 3 points, thrifty (0.729) is not:
     # the bar is 1.16 × sequential's 0.2436 = 0.2825; 0.786 / 2.898 = 0.2712 misses it

@@ -54,9 +54,11 @@ def judge(metrics: dict[str, Any], policy: str = "e3orch", reference: str = "war
     if reference in systems:
         ref = systems[reference]
         gain = me["accuracy"] - ref["accuracy"]
-        ratio = me["ie"] / ref["ie"] if ref["ie"] > 0 else float("inf")
-        ok = gain > EPS or (abs(gain) <= EQUAL_ACCURACY + EPS and ratio >= IE_FACTOR - EPS)
-        out["beats_warmstart"] = {"ok": ok, "accuracy_gain": round(gain, 6), "ie_ratio": round(ratio, 6)}
+        ratio = me["ie"] / ref["ie"] if ref["ie"] > 0 else None  # None: a warm start with no IE to compare
+        ok = gain > EPS or (abs(gain) <= EQUAL_ACCURACY + EPS and (ratio is None and me["ie"] > 0
+                                                                  or ratio is not None and ratio >= IE_FACTOR - EPS))
+        out["beats_warmstart"] = {"ok": ok, "accuracy_gain": round(gain, 6),
+                                  "ie_ratio": None if ratio is None else round(ratio, 6)}
     else:
         out["beats_warmstart"] = {"ok": None, "why": f"no {reference} in the evaluation"}
     dominated_by = sorted(n for n, m in systems.items()
@@ -87,8 +89,11 @@ def describe(targets: dict[str, Any]) -> list[tuple[str, str, str]]:
 
     rows = []
     b = targets["beats_warmstart"]
-    rows.append(("beats its warm start", mark(b["ok"]), b.get("why") or
-                 f"accuracy {b['accuracy_gain'] * 100:+.1f} points, IE {b['ie_ratio']:.2f}× the warm start's"))
+    if b["ok"] is None:
+        rows.append(("beats its warm start", mark(None), b["why"]))
+    else:
+        ratio = "the warm start has none" if b["ie_ratio"] is None else f"{b['ie_ratio']:.2f}× the warm start's"
+        rows.append(("beats its warm start", mark(b["ok"]), f"accuracy {b['accuracy_gain'] * 100:+.1f} points, IE {ratio}"))
     d = targets["default_pool"]
     window = ", ".join(d["rules_in_window"]) or "none"
     ie, bar = _pair(d["ie"], d["ie_bar"])
