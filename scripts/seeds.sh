@@ -92,13 +92,13 @@ def cell(m):
 for s in seeds:
     print(f"| {s} | " + " | ".join(f"{cell(table(runs[s], p).get('e3orch'))} vs {cell(table(runs[s], p).get('warmstart'))}"
                                    for p in pools) + " |")
-from e3orch.evaluation.targets import TARGETS, judge
+from e3orch.evaluation.targets import TARGETS, judge, verdict
 print("\nTraining targets per seed (e3orch/evaluation/targets.py):\n")
 print("| seed | beats its warm start | default pool | transfer pool | generated pools | met |\n|---|---|---|---|---|---|")
 met = judged = 0
 for s in seeds:
     t = judge(runs[s])
-    marks = ["n/a" if t.get(k, {}).get("ok") is None else ("yes" if t[k]["ok"] else "no") for k in TARGETS]
+    marks = [verdict(t.get(k, {}).get("ok")) for k in TARGETS]
     met, judged = met + t["met"], judged + t["judged"]
     print(f"| {s} | " + " | ".join(marks) + f" | {t['met']} of {t['judged']} |")
 print(f"\n{met} of {judged} per-seed targets met.")

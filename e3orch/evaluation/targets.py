@@ -79,33 +79,34 @@ def _pair(a: float, b: float) -> tuple[str, str]:
     return f"{a:.{digits}f}", f"{b:.{digits}f}"
 
 
+def verdict(ok: bool | None) -> str:
+    """A target's ``ok`` in words: yes, no, or n/a (not judged)."""
+    return "n/a" if ok is None else ("yes" if ok else "no")
+
+
 def describe(targets: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, verdict, figures) rows for a report or a terminal line."""
     if "why" in targets and not targets.get("judged"):
         return []
-
-    def mark(ok: bool | None) -> str:
-        return "n/a" if ok is None else ("yes" if ok else "no")
-
     rows = []
     b = targets["beats_warmstart"]
     if b["ok"] is None:
-        rows.append(("beats its warm start", mark(None), b["why"]))
+        rows.append(("beats its warm start", verdict(None), b["why"]))
     else:
         ratio = "the warm start has none" if b["ie_ratio"] is None else f"{b['ie_ratio']:.2f}× the warm start's"
-        rows.append(("beats its warm start", mark(b["ok"]), f"accuracy {b['accuracy_gain'] * 100:+.1f} points, IE {ratio}"))
+        rows.append(("beats its warm start", verdict(b["ok"]), f"accuracy {b['accuracy_gain'] * 100:+.1f} points, IE {ratio}"))
     d = targets["default_pool"]
     window = ", ".join(d["rules_in_window"]) or "none"
     ie, bar = _pair(d["ie"], d["ie_bar"])
-    rows.append(("default pool: non-dominated, IE bar", mark(d["ok"]),
+    rows.append(("default pool: non-dominated, IE bar", verdict(d["ok"]),
                  f"dominated by {', '.join(d['dominated_by']) or 'nothing'}; IE {ie} against "
                  f"{bar} (1.16 × the best IE of the rules within 3 points or above: {window})"))
     for key, label in (("transfer_pool", "transfer pool: IE above every rule"),
                        ("generated_pools", "generated pools: IE above every rule")):
         t = targets[key]
         if t["ok"] is None:
-            rows.append((label, mark(None), t["why"]))
+            rows.append((label, verdict(None), t["why"]))
             continue
         ie, best = _pair(t["ie"], t["best_rule_ie"])
-        rows.append((label, mark(t["ok"]), f"IE {ie} against {t['best_rule']}'s {best}"))
+        rows.append((label, verdict(t["ok"]), f"IE {ie} against {t['best_rule']}'s {best}"))
     return rows
