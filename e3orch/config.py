@@ -18,8 +18,9 @@ from e3orch.executors.base import ConfigError
 from e3orch.files import read_yaml
 
 # policy.prompt (policy/prompts.py renders them)
-PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_source", "per_part_menu", "full"]
-PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_source", "per_part_menu")  # styles that ask a milestone one part at a time
+PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_bands", "per_part_source",
+                      "per_part_menu", "full"]
+PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_bands", "per_part_source", "per_part_menu")  # styles that ask a milestone one part at a time
 FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 
 DEFAULT_PARAMS = "params.yaml"
@@ -136,7 +137,8 @@ class PolicyConfig(_Section):
         "per_part_tiers", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
-        "cheap, mid, pricey, premium); per_part_source: per_part, with each result's line naming the stated level, at "
+        "cheap, mid, pricey, premium); per_part_bands: per_part_tiers, with each confidence shown as its 0.05 band (0.62 "
+        "reads 0.60); per_part_source: per_part, with each result's line naming the stated level, at "
         "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
         "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
@@ -196,6 +198,12 @@ class RolloutConfig(_Section):
         "results", description="with slot_alternatives and policy.prompt per_part: which parts a milestone branch point "
         "may flip: any part asked about, or only parts that already have a result or a failed attempt (repair or "
         "move on); flipping an open part to no is almost always worse and teaches nothing the warm start lacks")
+    flip_below: float = Field(
+        1.0, gt=0.0, le=1.0, description="with slot_alternatives and policy.prompt per_part: a milestone branch point "
+        "flips only parts whose answer the policy gave with probability below this; 1.0: any part milestone_flips "
+        "allows. 0.99 leaves out the answers it is sure of (repairing a result reported at 0.9), whose flips are most "
+        "of a round's milestone comparisons, nearly all worse, and in a small policy push the same answer down at the "
+        "confidences where it is unsure (docs/benchmarks.md, \"Flips where the policy is unsure\")")
     spine: bool = Field(
         True, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "
@@ -514,7 +522,8 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
     # the value of each option that changes nothing without slot alternatives (not its default:
     # milestone_flips defaults to results, with slot_alternatives on)
     for key, inert, what in (("alternative_slot", "random", "which slot the alternatives change"),
-                             ("milestone_flips", "all", "which parts a milestone's alternatives flip")):
+                             ("milestone_flips", "all", "which parts a milestone's alternatives flip"),
+                             ("flip_below", 1.0, "which parts a milestone's alternatives flip")):
         if getattr(params.rollout, key) != inert and not params.rollout.slot_alternatives:
             raise ConfigError(f"{source}: rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
     if params.rollout.lookahead and not params.rollout.spine:

@@ -235,9 +235,11 @@ def test_impossible_combination_is_rejected_with_the_fix() -> None:
 @pytest.mark.parametrize("key, value, what", [
     ("alternative_slot", "uncertain", "which slot the alternatives change"),
     ("milestone_flips", "results", "which parts a milestone's alternatives flip"),
+    ("flip_below", 0.99, "which parts a milestone's alternatives flip"),
 ])
-def test_alternative_options_need_slot_alternatives(key: str, value: str, what: str) -> None:
-    msg = _error({"rollout": {key: value, "slot_alternatives": False}})
+def test_alternative_options_need_slot_alternatives(key: str, value: str | float, what: str) -> None:
+    others = {"milestone_flips": "all"} if key != "milestone_flips" else {}  # its default is results
+    msg = _error({"rollout": {**others, key: value, "slot_alternatives": False}})
     assert msg.endswith(f"rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
     ok = {"rollout": {key: value, "slot_alternatives": True}, "policy": {"prompt": "per_part"}}
     assert getattr(parse_params(ok).rollout, key) == value

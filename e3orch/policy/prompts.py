@@ -39,6 +39,13 @@
   a small policy reads a price as a token, so what RL taught it for ``good 0.03 | strong 22`` did
   not carry over to ``good 0.06 | strong 27`` on the transfer pool; with tiers both read
   ``good free | strong premium`` (docs/benchmarks.md, "Prices as tiers").
+* ``per_part_bands`` — ``per_part_tiers``, with each reported confidence floored to its 0.05 band
+  (``0.62`` reads ``0.60``, ``0.67`` reads ``0.65``; :func:`confidence_band`). Why: each two-digit
+  confidence is one token to the small policy, and RL's comparisons of repairing a result at
+  0.60–0.65 (better on three in four) and at 0.65–0.70 (about even) pushed neighbouring tokens
+  both ways, so no round kept a repair threshold of 0.65; with bands, all the comparisons within
+  one band train one token. The rules' threshold, 0.6, is a band edge, so the teachers' choices
+  read the same (docs/benchmarks.md, "Confidence bands").
 * ``per_part_source`` — ``per_part``, with each result naming the stated level, at the part's
   skill, of the card that reported it (``P2 retrieve easy: 0.63 good x1``). Why: the sim's stated
   confidence is drawn from one distribution for right values and another for wrong ones, whoever
@@ -65,8 +72,10 @@ completion (the engine's protocol parser does).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import get_args
 
 from e3orch.config import FACTORED_STYLES, PER_PART_STYLES, PromptStyle
@@ -92,7 +101,8 @@ from e3orch.orchestration.reading import (
 from e3orch.orchestration.types import MilestoneRecord
 
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
-TIER_STYLES = ("per_part_tiers",)  # styles whose menus show price tiers instead of prices
+TIER_STYLES = ("per_part_tiers", "per_part_bands")  # styles whose menus show price tiers instead of prices
+BAND_STYLES = ("per_part_bands",)  # styles that show each confidence as its 0.05 band
 SOURCE_STYLES = ("per_part_source",)  # styles whose result lines name the reporting card's level
 MENU_STYLES = ("per_part_menu",)  # styles whose questions about a part with a result show its menu
 
@@ -172,7 +182,8 @@ def render_prompt(
 ) -> str:
     """The prompt for one decision. ``count_tokens``+``max_tokens`` trim the oldest history first."""
     if style in COMPACT_STYLES:
-        compact = render_compact(obs, kind, tiers=style in TIER_STYLES, source=style in SOURCE_STYLES)
+        compact = render_compact(obs, kind, tiers=style in TIER_STYLES, source=style in SOURCE_STYLES,
+                                 bands=style in BAND_STYLES)
         if compact is not None:
             return compact
     head = ["### executors"] + [render_card(c, i + 1) for i, c in enumerate(obs.cards)]
@@ -211,6 +222,19 @@ def policy_prompt_style(backend: object, default: PromptStyle) -> PromptStyle:
     return default
 
 
+def confidence_band(confidence: float) -> float:
+    """A confidence floored to its 0.05 band: 0.62 → 0.60, 0.65 → 0.65, 0.599 → 0.55."""
+    return math.floor(confidence * 20 + 1e-9) / 20
+
+
+def _shown_status(obs: Observation, parts: list[Part], bands: bool) -> dict[str, PartStatus]:
+    """The parts' status as a prompt shows it: with ``bands``, each confidence as its band."""
+    status = part_status(obs.history, parts)
+    if bands:
+        status = {k: replace(v, confidence=confidence_band(v.confidence)) for k, v in status.items()}
+    return status
+
+
 def _part_state(part: Part, status: dict[str, PartStatus], limit: int = 0,
                 levels: dict[str, dict[str, int]] | None = None) -> str:
     """``0.63 x1`` (a result's confidence and the attempts), ``failed``, ``open`` or ``waits``;
@@ -241,12 +265,13 @@ def _source_levels(obs: Observation, source: bool) -> dict[str, dict[str, int]] 
     return {c.name: card_levels(c) for c in obs.cards} if source else None
 
 
-def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False, source: bool = False) -> str | None:
+def render_compact(obs: Observation, kind: DecisionType, *, tiers: bool = False, source: bool = False,
+                   bands: bool = False) -> str | None:
     """The compact prompt (see the module docstring), or None for a task without numbered parts."""
     parts, sink = parse_parts(obs.question)
     if not parts:
         return None
-    status = part_status(obs.history, parts)
+    status = _shown_status(obs, parts, bands)
     limit = obs.max_part_attempts
     if kind == "plan":
         lines = [f"### S{k + 1} {line}" for k, line in enumerate(_slot_lines(obs, parts, status, tiers))]
@@ -298,7 +323,7 @@ def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "fact
     parts, sink = parse_parts(obs.question)
     if not parts:
         return None
-    status = part_status(obs.history, parts)
+    status = _shown_status(obs, parts, style in BAND_STYLES)
     if kind == "milestone":
         by_id = {p.id: p for p in parts}
         limit = obs.max_part_attempts

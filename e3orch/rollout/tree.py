@@ -347,7 +347,7 @@ class TreeRollout:
         part's when the decision asks about it, and only that part changes. Otherwise, when the first
         slot has fewer than ``n`` alternatives, the others follow in random order, so a wide branch
         point compares every single change of the decision it can afford."""
-        slots = [i for i, q in enumerate(questions) if self._may_change(q)]
+        slots = [i for i, q in enumerate(questions) if self._may_change(q) and self._unsure(q, base[i])]
         if not slots:
             return []
         mine = [i for i in slots if focus is not None and question_part(questions[i]) == focus]
@@ -375,6 +375,12 @@ class TreeRollout:
     def _may_change(self, question: str) -> bool:
         """Whether an alternative may change this question's answer (``rollout.milestone_flips``)."""
         return self.cfg.milestone_flips == "all" or not asks_to_act(question) or asks_about_result(question)
+
+    def _unsure(self, question: str, answer: Generation) -> bool:
+        """Whether a milestone flip may change this answer (``rollout.flip_below``): the policy gave it
+        with probability below that. Plan slots are not filtered."""
+        return (self.cfg.flip_below >= 1.0 or not asks_to_act(question)
+                or math.exp(sum(answer.logprobs)) < self.cfg.flip_below)
 
     def _leaf(self, path: _Path, index: int, *, state: EpisodeState | None = None, calls: int | None = None,
               probe: bool = False) -> Leaf:

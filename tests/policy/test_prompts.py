@@ -326,3 +326,33 @@ def test_per_part_answers_express_every_rule_milestone_exactly() -> None:
         assert answers is not None, text
         assert len(answers) == len(sub_prompts(obs, "milestone", "per_part") or [])
         assert join_answers(obs, answers, "milestone") == text
+
+
+def test_confidence_band_floors_to_the_twentieth() -> None:
+    from e3orch.policy.prompts import confidence_band
+
+    assert [confidence_band(c) for c in (0.62, 0.65, 0.6, 0.599, 0.67, 0.7, 0.92, 1.0, 0.0)] == [
+        0.6, 0.65, 0.6, 0.55, 0.65, 0.7, 0.9, 1.0, 0.0]
+
+
+def test_per_part_bands_shows_each_confidence_as_its_band() -> None:
+    frontier = MilestoneRecord(
+        "Solve P2", Plan((Subtask("S1", "frontier-llm", "Solve P2."),)),
+        [ExecutionResult("S1", "frontier-llm", True, "P2 = Velola25 (confidence 0.63)")])
+    obs = _obs((LOW, frontier), None)
+    assert sub_prompts(obs, "milestone", "per_part_bands") == [
+        "### part: P1 retrieve easy: 0.90 x1\n### uses: -\n### final: P3 open\n### decide: act on P1\n",
+        "### part: P2 retrieve easy: 0.60 x2\n### uses: -\n### final: P3 open\n### decide: act on P2\n",
+        "### part: P3 reason normal: open\n### uses: P1 0.90 x1, P2 0.60 x2\n### final: P3 open\n"
+        "### decide: act on P3\n",
+    ]
+    assert render_prompt(obs, "milestone", style="per_part_bands").split("\n")[1:3] == [
+        "P1 retrieve easy: 0.90 x1", "P2 retrieve easy: 0.60 x2"]
+    # otherwise per_part_tiers: the same questions wherever no confidence shows (plans: menus with tiers)
+    planning = _obs((LOW, frontier), "Solve P2, P3")
+    assert sub_prompts(planning, "plan", "per_part_bands") == sub_prompts(planning, "plan", "per_part_tiers") == [
+        "### S1 P2 retrieve easy x2: #1 good free | #2 good free | #3 strong premium\n### decide: plan for Solve P2\n",
+        "### S1 P3 reason normal: #1 good mid | #2 good mid | #3 strong pricey\n### decide: plan for Solve P3\n"]
+    assert sub_prompts(_obs(HISTORY, None), "milestone", "per_part_bands")[1].startswith(  # type: ignore[index]
+        "### part: P2 retrieve easy: failed x1\n")
+    assert asks_about_result(sub_prompts(obs, "milestone", "per_part_bands")[1])  # type: ignore[index]

@@ -693,11 +693,9 @@ def test_probes_routed_by_the_policy_ask_each_question_once_and_route_as_it_does
     assert sum(extra.values()) < probe_plans
 
 
-@pytest.mark.parametrize("flips", ["all", "results"])
-def test_milestone_flips_results_flips_only_parts_with_a_result(flips: str) -> None:
-    res = _per_part_spine(PerPartRulePolicy(), branch_plan=2, branch_milestone=4, branch_start=0, leaf_budget=60,
-                          milestone_flips=flips)
-    flipped: dict[str, list[bool]] = {"milestone": [], "plan": []}
+def _changed_questions(res) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """Per decision kind, the question each alternative changed the answer of (against the drawn sibling)."""
+    changed: dict[str, list[str]] = {"milestone": [], "plan": []}
     groups: dict[tuple[str, str], list] = {}
     for n in res.nodes:
         if n.n_siblings > 1:
@@ -705,12 +703,34 @@ def test_milestone_flips_results_flips_only_parts_with_a_result(flips: str) -> N
     for sibs in groups.values():
         drawn, *alts = sorted(sibs, key=lambda n: n.sibling_index)
         by_part = {question_part(q): q for q in drawn.sub_prompts}
-        for alt in alts:
-            flipped[drawn.kind].append(asks_about_result(by_part[_changed_part(drawn, alt)]))
-    assert len(flipped["plan"]) >= 5  # plans still get their alternatives
-    results = flipped["milestone"]
+        changed[drawn.kind] += [by_part[_changed_part(drawn, alt)] for alt in alts]
+    return changed
+
+
+@pytest.mark.parametrize("flips", ["all", "results"])
+def test_milestone_flips_results_flips_only_parts_with_a_result(flips: str) -> None:
+    res = _per_part_spine(PerPartRulePolicy(), branch_plan=2, branch_milestone=4, branch_start=0, leaf_budget=60,
+                          milestone_flips=flips)
+    changed = _changed_questions(res)
+    assert len(changed["plan"]) >= 5  # plans still get their alternatives
+    results = [asks_about_result(q) for q in changed["milestone"]]
     assert sum(results) >= 5  # repairs (or not) of parts that have a result are compared either way
     if flips == "results":
         assert all(results)
     else:
         assert not all(results)  # and, by default, flips of open parts too
+
+
+@pytest.mark.parametrize("below", [1.0, 0.99])
+def test_flip_below_flips_only_the_parts_the_policy_is_unsure_of(below: float) -> None:
+    res = _per_part_spine(UnsurePerPartPolicy(), branch_plan=2, branch_milestone=4, branch_start=0, leaf_budget=60,
+                          milestone_flips="results", flip_below=below)
+    changed = _changed_questions(res)
+    assert len(changed["plan"]) >= 5  # plan slots are never filtered (every plan answer here is sure)
+    assert all(asks_about_result(q) for q in changed["milestone"])  # milestone_flips: results still holds
+    unsure = [_unsure(_part_state(q)) for q in changed["milestone"]]
+    assert sum(unsure) >= 3  # a result near the threshold (answered with probability 0.5) is flipped either way
+    if below < 1.0:
+        assert all(unsure)  # the results answered with probability 1 are left alone
+    else:
+        assert not all(unsure)
