@@ -201,9 +201,9 @@ class RolloutConfig(_Section):
     flip_below: float = Field(
         1.0, gt=0.0, le=1.0, description="with slot_alternatives and policy.prompt per_part: a milestone branch point "
         "flips only parts whose answer the policy gave with probability below this; 1.0: any part milestone_flips "
-        "allows. 0.99 leaves out the answers it is sure of (repairing a result reported at 0.9), whose flips are most "
-        "of a round's milestone comparisons, nearly all worse, and in a small policy push the same answer down at the "
-        "confidences where it is unsure (docs/benchmarks.md, \"Flips where the policy is unsure\")")
+        "allows. 0.99 leaves out the answers it is sure of (repairing a result reported at 0.9: three in four of a "
+        "round's flips of results, nearly all worse) and keeps those near the repair threshold; measured, it did not "
+        "make RL keep a threshold of 0.65 (docs/benchmarks.md, \"Flips where the policy is unsure\")")
     spine: bool = Field(
         True, description="only the path that took every branch point's first child branches again; the other "
         "children run to their leaves unbranched (with trunk greedy: an alternative at every decision the greedy "

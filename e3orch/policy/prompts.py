@@ -43,9 +43,10 @@
   (``0.62`` reads ``0.60``, ``0.67`` reads ``0.65``; :func:`confidence_band`). Why: each two-digit
   confidence is one token to the small policy, and RL's comparisons of repairing a result at
   0.60–0.65 (better on three in four) and at 0.65–0.70 (about even) pushed neighbouring tokens
-  both ways, so no round kept a repair threshold of 0.65; with bands, all the comparisons within
+  both ways, and no round kept a repair threshold of 0.65; with bands, all the comparisons within
   one band train one token. The rules' threshold, 0.6, is a band edge, so the teachers' choices
-  read the same (docs/benchmarks.md, "Confidence bands").
+  read the same. Measured, RL then moved the threshold on one seed of three (docs/benchmarks.md,
+  "Confidence bands").
 * ``per_part_source`` — ``per_part``, with each result naming the stated level, at the part's
   skill, of the card that reported it (``P2 retrieve easy: 0.63 good x1``). Why: the sim's stated
   confidence is drawn from one distribution for right values and another for wrong ones, whoever
