@@ -380,7 +380,7 @@ class TreeRollout:
         """Whether a milestone flip may change this answer (``rollout.flip_below``): the policy gave it
         with probability below that. Plan slots are not filtered."""
         return (self.cfg.flip_below >= 1.0 or not asks_to_act(question)
-                or math.exp(sum(answer.logprobs)) < self.cfg.flip_below)
+                or answer_probability(answer) < self.cfg.flip_below)
 
     def _leaf(self, path: _Path, index: int, *, state: EpisodeState | None = None, calls: int | None = None,
               probe: bool = False) -> Leaf:
@@ -472,7 +472,12 @@ def uncertainty_weights(answers: Sequence[Generation]) -> list[float]:
     """Per slot, 1 - the policy's probability of the answer it gave there (its completion's
     log-probs summed): a slot the policy answered with probability 0.99 is drawn 50 times less
     often than one it answered with probability 0.5. A floor keeps every weight positive."""
-    return [max(1.0 - math.exp(sum(g.logprobs)), 1e-6) for g in answers]
+    return [max(1.0 - answer_probability(g), 1e-6) for g in answers]
+
+
+def answer_probability(answer: Generation) -> float:
+    """The policy's probability of an answer it gave: its completion's log-probs summed."""
+    return math.exp(sum(answer.logprobs))
 
 
 def _combine(obs: Any, kind: str, questions: list[str] | None, gens: list[Generation]) -> Generation:
