@@ -141,6 +141,11 @@ class PolicyConfig(_Section):
         "reads 0.60); per_part_source: per_part, with each result's line naming the stated level, at "
         "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
         "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
+    menu_rank: Literal["highest", "lowest"] = Field(
+        "highest", description="compact and factored styles: a card that several menu ranks name (#1 and #2 when the "
+        "cheapest card at least fair is also good) is taught, and offered as a slot alternative, as the highest of them "
+        "(its card's own level) or the lowest (the least need that picks it). With highest, a strong card that is also "
+        "the cheapest good one is taught as #3, so a policy that does not read the menu learns #3 the most often")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
     max_new_tokens_plan: int = Field(160, ge=8)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from e3orch.orchestration.reading import menu_rank, resolve_menu_ref, slot_instruction
+from e3orch.orchestration.reading import MenuRank, menu_rank, resolve_menu_ref, slot_instruction
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
 
 _MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
@@ -117,13 +117,14 @@ def to_handles(plan_text: str, executors: Sequence[str]) -> str:
     return _rewrite_lines(plan_text, handle)
 
 
-def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]]) -> str:
+def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]], pick: MenuRank = "highest") -> str:
     """Rewrite a plan's executors as menu ranks (``#2``) where the line's part menu lists them and
-    as card handles (``E3``) otherwise: how the small policy is taught to point with the compact prompt."""
+    as card handles (``E3``) otherwise: how the small policy is taught to point with the compact
+    prompt. ``pick``: which rank a card named by several is written as (:func:`menu_rank`)."""
 
     def rank_ref(parts: list[str]) -> str | None:
         name = resolve_executor(parts[1].strip(), executors)
-        rank = menu_rank(name, parts[3], menus, executors) if name else None
+        rank = menu_rank(name, parts[3], menus, executors, pick) if name else None
         return None if rank is None else "|".join([parts[0], f" #{rank} ", *parts[2:]])
 
     return _rewrite_lines(to_handles(plan_text, executors), rank_ref)

@@ -28,7 +28,7 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from e3orch.executors.base import SKILLS, ExecutorSpec
 
@@ -295,14 +295,21 @@ def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]
     return names[menu[k - 1]] if 1 <= k <= len(menu) else None
 
 
-def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> int | None:
+MenuRank = Literal["highest", "lowest"]
+
+
+def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str],
+              pick: MenuRank = "highest") -> int | None:
     """The inverse of :func:`resolve_menu_ref`: the highest 1-based rank of the instruction's part
     menu that names ``name`` — the most a need may ask and still pick that card, which is the
-    level its card states (``None`` for a card no need picks: a dearer card of a level a cheaper
-    one also claims, or one not capable at the skill)."""
+    level its card states — or with ``pick="lowest"`` the lowest, the least a need asks to pick
+    it (``None`` for a card no need picks: a dearer card of a level a cheaper one also claims, or
+    one not capable at the skill)."""
     menu = _menu_of(instruction, menus)
     if menu is None or name not in names:
         return None
     i = list(names).index(name)
     ranks = [k + 1 for k, j in enumerate(menu) if j == i]
-    return ranks[-1] if ranks else None
+    if not ranks:
+        return None
+    return ranks[0] if pick == "lowest" else ranks[-1]

@@ -87,6 +87,7 @@ from e3orch.orchestration.reading import (
     LEVEL_NAMES,
     PART_RESULT_RE,
     PART_TAG_RE,
+    MenuRank,
     Part,
     PartStatus,
     card_levels,
@@ -476,10 +477,11 @@ def asks_about_result(question: str) -> bool:
     return asks_to_act(question) and bool(_RESULT_PART_RE.match(question))
 
 
-def slot_alternatives(question: str, answer: str) -> list[str]:
+def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") -> list[str]:
     """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
     plan slot, each other executor of its menu (``S1 | #3 | -``) — one rank per card, the highest
-    that names it, as warm start teaches it; ranks that name the answer's own card are left out
+    that names it or with ``pick="lowest"`` the lowest (``policy.menu_rank``: as warm start
+    teaches it); ranks that name the answer's own card are left out
     (their runs would be the answer's) — in menu order (every card when the answer names no menu
     rank); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
     answer is neither)."""
@@ -491,6 +493,6 @@ def slot_alternatives(question: str, answer: str) -> list[str]:
     card = {rank: what for rank, what in entries}  # rank → the card it names, as shown ("good 0.03")
     fields = _first_line_fields(answer)[1]
     chosen = card.get(fields[1].lstrip("#")) if len(fields) > 1 and fields[1].startswith("#") else None
-    highest = {what: rank for rank, what in entries}  # later (higher) ranks overwrite
+    kept = {what: rank for rank, what in (reversed(entries) if pick == "lowest" else entries)}  # later entries overwrite
     head = fields[0] if _SLOT_HEAD_RE.fullmatch(fields[0]) else "S1"  # a restated part stays (echo_part)
-    return [f"{head} | #{rank} | -" for rank, what in entries if what != chosen and highest[what] == rank]
+    return [f"{head} | #{rank} | -" for rank, what in entries if what != chosen and kept[what] == rank]

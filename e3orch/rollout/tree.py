@@ -65,6 +65,7 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, Pool, build_pool
 from e3orch.orchestration.episode import DecisionType, EpisodeState, Orchestrator, play_out
 from e3orch.orchestration.handwritten import make_handwritten
+from e3orch.orchestration.reading import MenuRank
 from e3orch.policy.backends.base import Generation, PolicyBackend
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
@@ -145,6 +146,7 @@ class TreeRollout:
         max_new_tokens: dict[str, int] | None = None,
         max_prompt_tokens: int = 1024,
         prompt_style: PromptStyle = "full",
+        menu_rank: MenuRank = "highest",
     ) -> None:
         self.backend = backend
         self.engine = engine
@@ -154,6 +156,7 @@ class TreeRollout:
         self.max_new_tokens = max_new_tokens or {"milestone": 24, "plan": 160}
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_style = prompt_style
+        self.menu_rank = menu_rank  # policy.menu_rank: the rank a slot alternative names its card by
         self._policy_plans: _PolicyPlans | None = None  # per run: the policy's greedy plans for probes
 
     @classmethod
@@ -162,7 +165,8 @@ class TreeRollout:
         pc = params.policy
         return cls(backend, params.engine, params.rollout, temperature=pc.temperature, top_p=pc.top_p,
                    max_new_tokens={"milestone": pc.max_new_tokens_milestone, "plan": pc.max_new_tokens_plan},
-                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=policy_prompt_style(backend, pc.prompt))
+                   max_prompt_tokens=pc.max_prompt_tokens, prompt_style=policy_prompt_style(backend, pc.prompt),
+                   menu_rank=pc.menu_rank)
 
     def branching(self, path: _Path, kind: str) -> int:
         k = self.cfg.branch_milestone if kind == "milestone" else self.cfg.branch_plan
@@ -358,14 +362,14 @@ class TreeRollout:
             first = rng.choices(slots, weights=[weights[i] for i in slots])[0]
         else:
             first = rng.choice(slots)
-        options = slot_alternatives(questions[first], base[first].text)
+        options = slot_alternatives(questions[first], base[first].text, self.menu_rank)
         rng.shuffle(options)
         out = [(first, text) for text in options[:n]]
         if len(out) < n and not mine:
             rest = [i for i in slots if i != first]
             rng.shuffle(rest)
             for j in rest:
-                options = slot_alternatives(questions[j], base[j].text)
+                options = slot_alternatives(questions[j], base[j].text, self.menu_rank)
                 rng.shuffle(options)
                 out += [(j, text) for text in options[: n - len(out)]]
                 if len(out) >= n:

@@ -25,7 +25,7 @@ from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import ExploreOrchestrator, make_handwritten
 from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_lines
-from e3orch.orchestration.reading import MENU_NEEDS, menus_for, parse_parts, plan_slots
+from e3orch.orchestration.reading import MENU_NEEDS, MenuRank, menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
 from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
@@ -79,12 +79,13 @@ class Recorder(Orchestrator):
 
     def __init__(self, inner: Orchestrator, handles: bool = True, style: PromptStyle = "full",
                  actor: Orchestrator | None = None,
-                 labellers: Sequence[tuple[float, Orchestrator]] = ()) -> None:
+                 labellers: Sequence[tuple[float, Orchestrator]] = (), menu_rank: MenuRank = "highest") -> None:
         self.inner = inner
         self.handles = handles
         self.style = style
         self.actor = actor
         self.labellers = labellers
+        self.menu_rank = menu_rank
         self.name = inner.name
         self.records: list[tuple[DecisionType, Observation, str, list[tuple[float, str]]]] = []
         self.agreed = 0
@@ -95,7 +96,7 @@ class Recorder(Orchestrator):
         names = [c.name for c in obs.cards]
         if self.style in COMPACT_STYLES:
             parts = parse_parts(obs.question)[0]
-            return to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards)),
+            return to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards), self.menu_rank),
                                  plan_slots(parts, obs.pending_milestone))
         return to_handles(text, names)
 
@@ -186,7 +187,7 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
                    actor: Orchestrator | None = None, stream: str = "demo", generated_share: float = 0.0,
                    explore_accept: tuple[float, float] | None = None,
                    explore_accept_free: tuple[float, float] | None = None,
-                   soft_labels: bool = False) -> tuple[list[Demo], list[Episode], int]:
+                   soft_labels: bool = False, menu_rank: MenuRank = "highest") -> tuple[list[Demo], list[Episode], int]:
     async def one(task: Task) -> tuple[list[Demo], Episode, int]:
         rng = random.Random(stable_seed(stream, seed, task.task_id))
         task_specs = training_pool(specs, rng, generated_share) if randomize else list(specs)
@@ -195,7 +196,7 @@ async def _collect(tasks: Sequence[Task], specs: Sequence[ExecutorSpec], engine:
         labellers = mix_labellers(mix, pool.names, seed) if soft_labels and style in FACTORED_STYLES else []
         rec = Recorder(make_handwritten(teacher, pool.names, seed=seed, explore_accept=explore_accept,
                                         explore_accept_free=explore_accept_free), style=style, actor=actor,
-                       labellers=labellers)
+                       labellers=labellers, menu_rank=menu_rank)
         ep = await run_episode(task, rec, pool, engine, seed=stable_seed(seed, task.task_id, *([stream] if actor else [])))
         demos = [Demo(task.task_id, teacher, k, prompt, c, obs=o, correct=ep.correct, cost=ep.cost, style=style, weight=w)
                  for k, o, taught, mixed in rec.records for prompt, c, w in _taught_pairs(k, o, taught, style, mixed)]
@@ -219,13 +220,15 @@ def collect_demonstrations(
     explore_accept: tuple[float, float] | None = None,
     explore_accept_free: tuple[float, float] | None = None,
     soft_labels: bool = False,
+    menu_rank: MenuRank = "highest",
 ) -> tuple[list[Demo], list[Episode]]:
     """The teachers' episodes on ``tasks`` and the demonstrations they make. ``soft_labels``
     (factored styles): every plan slot is taught the whole mix's answers there, each weighing its
     share, not just the acting teacher's (the episodes are the same)."""
     demos, episodes, _ = asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, randomize, style,
                                               generated_share=generated_share, explore_accept=explore_accept,
-                                              explore_accept_free=explore_accept_free, soft_labels=soft_labels))
+                                              explore_accept_free=explore_accept_free, soft_labels=soft_labels,
+                                              menu_rank=menu_rank))
     return demos, episodes
 
 
@@ -242,6 +245,7 @@ def collect_corrections(
     explore_accept: tuple[float, float] | None = None,
     explore_accept_free: tuple[float, float] | None = None,
     soft_labels: bool = False,
+    menu_rank: MenuRank = "highest",
 ) -> tuple[list[Demo], list[Episode], int]:
     """The ``actor`` (a policy) runs the tasks on randomised pools; at every state it reaches, the
     task's teacher says what it would have done (with ``soft_labels``, at a plan state the whole
@@ -250,4 +254,4 @@ def collect_corrections(
     return asyncio.run(_collect(tasks, specs, engine, seed, mix or DEFAULT_TEACHERS, True, style,
                                 actor=actor, stream="dagger", generated_share=generated_share,
                                 explore_accept=explore_accept, explore_accept_free=explore_accept_free,
-                                soft_labels=soft_labels))
+                                soft_labels=soft_labels, menu_rank=menu_rank))

@@ -82,7 +82,8 @@ def teacher_demonstrations(params: Params, train_tasks: Sequence[Task], specs: S
     tasks = random.Random(stable_seed("warmstart", seed)).sample(list(train_tasks), min(cfg.tasks, len(train_tasks)))
     return collect_demonstrations(tasks, specs, params.engine, seed=seed, mix=cfg.teachers, style=params.policy.prompt,
                                   generated_share=cfg.generated_pool_share, explore_accept=cfg.explore_accept,
-                                  explore_accept_free=cfg.explore_accept_free, soft_labels=cfg.soft_labels)
+                                  explore_accept_free=cfg.explore_accept_free, soft_labels=cfg.soft_labels,
+                                  menu_rank=params.policy.menu_rank)
 
 
 def warmstart(
@@ -214,7 +215,7 @@ def correct(
                                                        generated_share=cfg.generated_pool_share,
                                                        explore_accept=cfg.explore_accept,
                                                        explore_accept_free=cfg.explore_accept_free,
-                                                       soft_labels=cfg.soft_labels)
+                                                       soft_labels=cfg.soft_labels, menu_rank=pc.menu_rank)
         new = encode(labels)
         runs = [(e.correct, e.cost) for e in episodes]
         counts = [len(labels), agreed]

@@ -15,6 +15,7 @@ from e3orch.orchestration.handwritten import Router, parse_parts
 from e3orch.orchestration.protocol import parse_plan, render_plan, to_menu_refs
 from e3orch.orchestration.reading import (
     PRICE_NAMES,
+    MenuRank,
     menu_rank,
     part_menus,
     price_of,
@@ -86,6 +87,8 @@ def test_menu_refs_resolve_against_the_instruction_part() -> None:
     assert resolve_menu_ref("E1", "Solve P3.", menus, NAMES) is None
     assert menu_rank("reasoner", "Solve P3.", menus, NAMES) == 3
     assert menu_rank("mid-llm", "Solve P3.", menus, NAMES) == 2  # #1 and #2 name it: the highest, its card's level
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "lowest") == 1  # or the least need that picks it
+    assert menu_rank("reasoner", "Solve P3.", menus, NAMES, "lowest") == 3  # a rank of its own: the same either way
     assert menu_rank("web-search", "Solve P3.", menus, NAMES) is None  # not capable: not on the menu
     assert menu_rank("frontier-llm", "Solve P3.", menus, NAMES) is None  # strong, but the reasoner is cheaper
 
@@ -102,11 +105,12 @@ def test_to_menu_refs_exact() -> None:
                         Subtask("S3", "frontier-llm", "Solve P1.")])
     # code-llm is weak at reason: no need names it for P3, so it is taught by its card handle
     assert to_menu_refs(text, NAMES, menus) == "S1 | #2 | - | Solve P1.\nS2 | E4 | S1 | Solve P3.\nS3 | #3 | - | Solve P1."
+    assert to_menu_refs(text, NAMES, menus, "lowest") == "S1 | #1 | - | Solve P1.\nS2 | E4 | S1 | Solve P3.\nS3 | #3 | - | Solve P1."
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), domain=st.sampled_from(sorted(DOMAINS)))
-def test_menu_refs_round_trip_on_random_pools(seed: int, domain: str) -> None:
+@given(seed=st.integers(0, 10_000), domain=st.sampled_from(sorted(DOMAINS)), pick=st.sampled_from(["highest", "lowest"]))
+def test_menu_refs_round_trip_on_random_pools(seed: int, domain: str, pick: MenuRank) -> None:
     """Whatever the pool, a plan rewritten as menu ranks parses back to the same executors."""
     rng = random.Random(seed)
     specs = randomize_pool(DEFAULT, rng)
@@ -117,7 +121,7 @@ def test_menu_refs_round_trip_on_random_pools(seed: int, domain: str) -> None:
     subtasks = [Subtask(f"S{i + 1}", rng.choice([router.strongest(p.skill), router.cheapest_good_enough(p.skill, p.difficulty),
                                                  rng.choice(names)]), f"Solve {p.id}.") for i, p in enumerate(parts)]
     menus = part_menus(task.question, specs)
-    taught = to_menu_refs(render_plan(subtasks), names, menus)
+    taught = to_menu_refs(render_plan(subtasks), names, menus, pick)
     parsed = parse_plan(taught, names, max_subtasks=len(subtasks), menus=menus)
     assert [s.executor for s in parsed.subtasks] == [s.executor for s in subtasks]
     assert not parsed.defects

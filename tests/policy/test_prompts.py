@@ -110,6 +110,10 @@ def test_slot_alternatives_name_every_other_executor_of_the_slot_menu() -> None:
     assert slot_alternatives(q3, "MILESTONE: oops") == ["S1 | #2 | -", "S1 | #3 | -"]
     three = "### S1 P3 reason normal: #1 fair 1.4 | #2 good 4.6 | #3 strong 9\n### decide: plan for Solve P3\n"
     assert slot_alternatives(three, "S1 | #2 | -") == ["S1 | #1 | -", "S1 | #3 | -"]
+    # policy.menu_rank lowest: the shared card is offered by its lowest rank
+    assert slot_alternatives(q2, "S1 | #3 | -", "lowest") == ["S1 | #1 | -"]
+    assert slot_alternatives(q2, "S1 | #2 | -", "lowest") == ["S1 | #3 | -"]
+    assert slot_alternatives(three, "S1 | #2 | -", "lowest") == ["S1 | #1 | -", "S1 | #3 | -"]
     assert slot_alternatives("### S1 P4 code hard: (no capable executor)\n### decide: plan for Solve P4\n",
                              "S1 | #1 | -") == []
 

@@ -255,3 +255,28 @@ def test_soft_labels_weigh_the_sft_examples(tiny_init_root: Path) -> None:
     assert len(examples) == len(by_pair)
     assert sorted(round(e.weight, 9) for e in examples) == sorted(round(w, 9) for w in by_pair.values())
     assert any(0 < e.weight < 1 for e in examples)  # a hard lookup's #3 is a half of one question, twice
+
+
+def test_menu_rank_lowest_teaches_a_shared_card_by_its_lowest_rank() -> None:
+    """policy.menu_rank: the same episodes and cards, each written as the lowest rank naming it."""
+    from e3orch.training.demos import collect_demonstrations
+
+    tasks = [generate_task(0, domain, i, "train") for domain in ("multihop", "research") for i in range(2)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    kw = {"mix": {"heuristic": 1.0}, "randomize": False, "style": "per_part_tiers"}
+    high, _ = collect_demonstrations(tasks, specs, EngineConfig(), **kw)  # type: ignore[arg-type]
+    low, _ = collect_demonstrations(tasks, specs, EngineConfig(), menu_rank="lowest", **kw)  # type: ignore[arg-type]
+    assert [(d.kind, d.prompt) for d in high] == [(d.kind, d.prompt) for d in low]
+    pairs = [(h, lo) for h, lo in zip(high, low) if h.kind == "plan"]
+    assert pairs and all(h.completion == lo.completion for h, lo in zip(high, low) if h.kind != "plan")
+
+    def card(prompt: str, answer: str) -> str:  # what the menu shows at the answer's rank
+        rank = re.search(r"\| #(\d) \|", answer).group(1)  # type: ignore[union-attr]
+        return re.search(rf"#{rank} ([^|\n]+)", prompt).group(1).strip()  # type: ignore[union-attr]
+
+    for h, lo in pairs:
+        assert card(h.prompt, h.completion) == card(lo.prompt, lo.completion)
+        ranks = [k for k, shown in re.findall(r"#(\d) ([^|\n]+)", lo.prompt) if shown.strip() == card(lo.prompt, lo.completion)]
+        assert f"| #{ranks[0]} |" in lo.completion and f"| #{ranks[-1]} |" in h.completion
+    # on the default pool the search tool is #1 and #2 of a lookup's menu: heuristic's easy lookups
+    assert any("| #2 |" in h.completion and "| #1 |" in lo.completion for h, lo in pairs)
