@@ -141,10 +141,12 @@ class PolicyConfig(_Section):
         "reads 0.60); per_part_source: per_part, with each result's line naming the stated level, at "
         "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
         "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
-    menu_rank: Literal["highest", "lowest"] = Field(
+    menu_rank: Literal["highest", "lowest", "need"] = Field(
         "highest", description="compact and factored styles: a card that several menu ranks name (#1 and #2 when the "
         "cheapest card at least fair is also good) is taught, and offered as a slot alternative, as the highest of them "
-        "(its card's own level) or the lowest (the least need that picks it). With highest, a strong card that is also "
+        "(its card's own level) or the lowest (the least need that picks it); need: taught as the rank the teacher's rule "
+        "asked for (heuristic: #2, #3 when hard and for every repair; thrifty: #2, repairs #3; explore: its drawn need), "
+        "offered as the highest. With highest, a strong card that is also "
         "the cheapest good one is taught as #3, so a policy that does not read the menu learns #3 the most often")
     max_prompt_tokens: int = Field(512, ge=64, description="history is trimmed (oldest first) to fit; warm start trims the same way")
     max_new_tokens_milestone: int = Field(24, ge=4)
@@ -336,6 +338,11 @@ class WarmstartConfig(_Section):
     dagger_epochs: float = Field(1.0, gt=0, description="passes over the corrections (plus as many replayed demonstrations)")
     dagger_lr: float = Field(5e-4, gt=0, description="peak learning rate of a correction round")
     dagger_temperature: float = Field(0.8, ge=0, description="sampling temperature of the policy while it collects states")
+    select: Literal["last", "best"] = Field(
+        "last", description="with correction rounds: last writes the weights after the last round; best runs the policy "
+        "after cloning and after each round greedily on the validation split (train.validate_pools) and writes the most "
+        "accurate (ties: the cheaper, then the later): a correction round can break what cloning taught (one measured "
+        "warm start answered before acting on most tasks after its second round; docs/benchmarks.md, \"A broken warm start\")")
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks (demonstrations and corrections) with a freshly generated pool")
     seed: int = 0
@@ -531,6 +538,8 @@ def parse_params(data: dict[str, Any] | None, source: str = DEFAULT_PARAMS) -> P
                              ("flip_below", 1.0, "which parts a milestone's alternatives flip")):
         if getattr(params.rollout, key) != inert and not params.rollout.slot_alternatives:
             raise ConfigError(f"{source}: rollout.{key}: needs rollout.slot_alternatives: true (it chooses {what})")
+    if params.warmstart.select == "best" and params.warmstart.dagger_rounds and not params.prepare.val_per_domain:
+        raise ConfigError(f"{source}: warmstart.select: best runs the validation split; set prepare.val_per_domain > 0")
     if params.rollout.lookahead and not params.rollout.spine:
         raise ConfigError(f"{source}: rollout.lookahead: needs rollout.spine: true "
                           "(it lets the spine's alternatives branch again)")

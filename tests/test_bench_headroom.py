@@ -22,7 +22,7 @@ from e3orch.config import EngineConfig
 from e3orch.data.sim import generate_split
 from e3orch.evaluation.evaluate import run_system
 from e3orch.executors.base import ExecutionResult, build_pool, load_pool_specs
-from e3orch.orchestration.episode import Observation
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator
 from e3orch.orchestration.handwritten import Router, make_handwritten
 from e3orch.orchestration.types import MilestoneRecord, Plan, Subtask
 
@@ -41,6 +41,29 @@ def test_the_handwritten_tables_decide_exactly_as_the_rules() -> None:
         rule = _episodes(make_handwritten(name, pool.names), pool)
         assert [(e.correct, e.cost, len(e.milestones)) for e in ours] == [(e.correct, e.cost, len(e.milestones)) for e in rule]
         assert [[r.plan_completion for r in e.milestones] for e in ours] == [[r.plan_completion for r in e.milestones] for e in rule]
+
+
+class Watch(Orchestrator):
+    """Runs ``inner`` and keeps every observation it decides on."""
+
+    def __init__(self, inner: Orchestrator) -> None:
+        self.inner, self.name, self.seen = inner, inner.name, list[Observation]()
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        self.seen.append(obs)
+        return await self.inner.decide(obs, kind)
+
+
+def test_the_handwritten_tables_route_by_the_rules_needs() -> None:
+    """A table names what the rule's need does (its STRONGEST is need 3), state by state."""
+    pool = build_pool(POOL)
+    for name in ("heuristic", "thrifty"):
+        rule, table = make_handwritten(name, pool.names), TableOrchestrator(handwritten_table(name))
+        watch = Watch(rule)
+        _episodes(watch, pool)
+        needs = [table.needs(o) for o in watch.seen]
+        assert needs == [rule.needs(o) for o in watch.seen]  # type: ignore[attr-defined]
+        assert any(3 in d.values() for d in needs) and any(2 in d.values() for d in needs)
 
 
 def test_by_source_repairs_by_the_level_of_the_card_that_reported_a_result() -> None:

@@ -34,13 +34,17 @@ def run(args: argparse.Namespace) -> int:
     specs = load_pool_specs(pool_path)
     with stage_run("warmstart", params) as tracker:
         with step_progress("warm start (SFT)") as on_step:
-            out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step)
+            val = sim_tasks(params, "val") if params.warmstart.select == "best" and params.prepare.val_per_domain else []
+            out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step,
+                                         val_tasks=val)
         if not is_main_process():  # one metrics file and one report per run
             return 0
         write_stage_json(metrics, {**info, "losses": stats.losses})
         tracker.log_metrics(info)
         for r in info["corrections"]:  # correction_policy_accuracy, correction_agreement, ... at step=round
             tracker.log_metrics({f"correction_{k}": v for k, v in r.items() if k != "round"}, step=r["round"])
+        for v in info.get("validation", []):  # warmstart.select: best, at step=round (0: after cloning)
+            tracker.log_metrics({"validation_accuracy": v["val_accuracy"], "validation_cost": v["val_cost"]}, step=v["round"])
         tracker.log_curve("sft_loss", stats.losses)
         tracker.log_artifact(metrics)
         tracker.log_pool(pool_path)
@@ -54,4 +58,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"correction round {r['round']}: the policy ran {r['tasks']} tasks (accuracy {r['policy_accuracy']:.3f}, "
               f"cost {r['policy_cost']:.3f}) and agreed with its teachers on {r['agreement']:.0%} of {r['decisions']} "
               f"decisions; {r['steps']} steps, final loss {r['final_loss']:.3f}, {r['seconds']:.0f}s")
+    if "kept_round" in info:  # warmstart.select: best
+        figures = ", ".join(f"{'cloning' if v['round'] == 0 else 'round ' + str(v['round'])} {v['val_accuracy']:.3f} / "
+                            f"{v['val_cost']:.3f}" for v in info["validation"])
+        kept = "the weights after cloning" if info["kept_round"] == 0 else f"the weights after correction round {info['kept_round']}"
+        print(f"validation accuracy / cost: {figures}; wrote {kept}")
     return 0

@@ -132,13 +132,26 @@ class RuleOrchestrator(Orchestrator):
     def route(self, router: Router, part: Part, attempts: int) -> str:
         if self.only:
             return self.only
-        if attempts > 0:
-            return router.strongest(part.skill)
-        return self.first_attempt(router, part)
+        return router.cheapest_at_least(part.skill, self.need_of(part, attempts))
 
-    def first_attempt(self, router: Router, part: Part) -> str:
-        """The card a part's first subtask goes to: the cheapest good enough for its difficulty."""
-        return router.cheapest_good_enough(part.skill, part.difficulty)
+    def need_of(self, part: Part, attempts: int) -> int:
+        """The need (one of ``MENU_NEEDS``: the level a menu rank asks for) a part's subtask is
+        routed by: a repair the strongest card (need 3), a first attempt :meth:`first_need`."""
+        return 3 if attempts > 0 else self.first_need(part)
+
+    def first_need(self, part: Part) -> int:
+        """A part's first attempt: the cheapest card good enough for its difficulty (strong when hard)."""
+        return 3 if part.difficulty >= 2 else 2
+
+    def needs(self, obs: Observation) -> dict[str, int]:
+        """Part id → the need its subtask would be routed by in this state (:meth:`need_of`; none
+        for ``single:`` and for tasks without numbered parts): the menu rank the rule asked for,
+        which ``policy.menu_rank: need`` teaches where several ranks name the card it picked."""
+        parts = parse_parts(obs.question)[0]
+        if self.only or not parts:
+            return {}
+        status = part_status(obs.history, parts)
+        return {p.id: self.need_of(p, status[p.id].attempts) for p in parts}
 
     def _freeform(self, obs: Observation, kind: DecisionType) -> str:
         """A task without numbered parts (live benchmarks): one subtask, answer with its output."""
@@ -187,11 +200,10 @@ class ExploreOrchestrator(RuleOrchestrator):
             self._free_skills = frozenset(skill for skill in SKILL_WORDS if any(lv[skill] >= 2 for lv in free))
         return await super().decide(obs, kind)
 
-    def route(self, router: Router, part: Part, attempts: int) -> str:
+    def need_of(self, part: Part, attempts: int) -> int:
         if self.need is not None:
-            return router.cheapest_at_least(part.skill, self.need)
-        rng = random.Random(stable_seed(self.seed, part.id, part.text, attempts))
-        return router.cheapest_at_least(part.skill, rng.choice(MENU_NEEDS))
+            return self.need
+        return random.Random(stable_seed(self.seed, part.id, part.text, attempts)).choice(MENU_NEEDS)
 
     def accepted(self, st: PartStatus) -> bool:
         if self.accept is None or st.value is None:
@@ -204,8 +216,8 @@ class ExploreOrchestrator(RuleOrchestrator):
 class ThriftyOrchestrator(RuleOrchestrator):
     """``heuristic`` that tries the cheapest good-enough card first at every difficulty."""
 
-    def first_attempt(self, router: Router, part: Part) -> str:
-        return router.cheapest_good_enough(part.skill, 0)
+    def first_need(self, part: Part) -> int:
+        return 2
 
 
 class UpfrontOrchestrator(RuleOrchestrator):
@@ -248,6 +260,9 @@ class RandomOrchestrator(RuleOrchestrator):
 
     def route(self, router: Router, part: Part, attempts: int) -> str:
         return random.Random(stable_seed(self.seed, part.id, part.text)).choice(router.cards).name
+
+    def needs(self, obs: Observation) -> dict[str, int]:
+        return {}  # a random card, not a need
 
 
 def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,

@@ -35,9 +35,9 @@ its valid part. What this module deliberately does not do: execute anything, or 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from e3orch.orchestration.reading import MenuRank, menu_rank, resolve_menu_ref, slot_instruction
+from e3orch.orchestration.reading import MenuRank, menu_rank, part_of, resolve_menu_ref, slot_instruction
 from e3orch.orchestration.types import Defect, MilestoneDecision, Plan, Subtask
 
 _MILESTONE_RE = re.compile(r"^\s*(?:\*\*)?\s*(milestone|answer|final answer)\s*(?:\*\*)?\s*[:：]\s*(.*)$", re.I | re.S)
@@ -117,14 +117,19 @@ def to_handles(plan_text: str, executors: Sequence[str]) -> str:
     return _rewrite_lines(plan_text, handle)
 
 
-def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]], pick: MenuRank = "highest") -> str:
+def to_menu_refs(plan_text: str, executors: Sequence[str], menus: dict[str, list[int]], pick: MenuRank = "highest",
+                 needs: Mapping[str, int] | None = None) -> str:
     """Rewrite a plan's executors as menu ranks (``#2``) where the line's part menu lists them and
     as card handles (``E3``) otherwise: how the small policy is taught to point with the compact
-    prompt. ``pick``: which rank a card named by several is written as (:func:`menu_rank`)."""
+    prompt. ``pick``: which rank a card named by several is written as (:func:`menu_rank`; with
+    ``"need"``, the one ``needs`` gives the line's part: part id → the need the plan's author
+    routed it by)."""
 
     def rank_ref(parts: list[str]) -> str | None:
         name = resolve_executor(parts[1].strip(), executors)
-        rank = menu_rank(name, parts[3], menus, executors, pick) if name else None
+        part = part_of(parts[3])
+        need = needs.get(part) if needs and part else None
+        rank = menu_rank(name, parts[3], menus, executors, pick, need) if name else None
         return None if rank is None else "|".join([parts[0], f" #{rank} ", *parts[2:]])
 
     return _rewrite_lines(to_handles(plan_text, executors), rank_ref)

@@ -281,8 +281,8 @@ def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec],
 
 def _menu_of(instruction: str, menus: dict[str, list[int]]) -> list[int] | None:
     """The menu of the first part ``instruction`` names, if it has one."""
-    tag = PART_TAG_RE.search(instruction)
-    return menus.get(tag.group(0)) if tag else None
+    part = part_of(instruction)
+    return menus.get(part) if part else None
 
 
 def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> str | None:
@@ -295,16 +295,17 @@ def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]
     return names[menu[k - 1]] if 1 <= k <= len(menu) else None
 
 
-MenuRank = Literal["highest", "lowest"]
+MenuRank = Literal["highest", "lowest", "need"]
 
 
 def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str],
-              pick: MenuRank = "highest") -> int | None:
+              pick: MenuRank = "highest", need: int | None = None) -> int | None:
     """The inverse of :func:`resolve_menu_ref`: the highest 1-based rank of the instruction's part
     menu that names ``name`` — the most a need may ask and still pick that card, which is the
     level its card states — or with ``pick="lowest"`` the lowest, the least a need asks to pick
     it (``None`` for a card no need picks: a dearer card of a level a cheaper one also claims, or
-    one not capable at the skill)."""
+    one not capable at the skill). ``need``: the rank whoever picked the card asked for, written
+    when it names the card (``pick="need"``; otherwise, or when it does not, the highest)."""
     menu = _menu_of(instruction, menus)
     if menu is None or name not in names:
         return None
@@ -312,4 +313,13 @@ def menu_rank(name: str, instruction: str, menus: dict[str, list[int]], names: S
     ranks = [k + 1 for k, j in enumerate(menu) if j == i]
     if not ranks:
         return None
+    if pick == "need" and need in ranks:
+        return need
     return ranks[0] if pick == "lowest" else ranks[-1]
+
+
+def part_of(instruction: str) -> str | None:
+    """The first part an instruction names (``Solve P3.`` → ``P3``): the part whose menu a line's
+    rank points into."""
+    tag = PART_TAG_RE.search(instruction)
+    return tag.group(0) if tag else None

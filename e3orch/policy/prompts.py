@@ -481,7 +481,7 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     """For one :func:`sub_prompts` question and its answer, the other answers it could get: for a
     plan slot, each other executor of its menu (``S1 | #3 | -``) — one rank per card, the highest
     that names it or with ``pick="lowest"`` the lowest (``policy.menu_rank``: as warm start
-    teaches it); ranks that name the answer's own card are left out
+    teaches it; ``"need"`` offers the highest); ranks that name the answer's own card are left out
     (their runs would be the answer's) — in menu order (every card when the answer names no menu
     rank); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
     answer is neither)."""

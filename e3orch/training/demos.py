@@ -23,7 +23,7 @@ from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec, build_pool
 from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
-from e3orch.orchestration.handwritten import ExploreOrchestrator, make_handwritten
+from e3orch.orchestration.handwritten import ExploreOrchestrator, RuleOrchestrator, make_handwritten
 from e3orch.orchestration.protocol import to_handles, to_menu_refs, to_slot_lines
 from e3orch.orchestration.reading import MENU_NEEDS, MenuRank, menus_for, parse_parts, plan_slots
 from e3orch.orchestration.types import Episode
@@ -90,20 +90,21 @@ class Recorder(Orchestrator):
         self.records: list[tuple[DecisionType, Observation, str, list[tuple[float, str]]]] = []
         self.agreed = 0
 
-    def _taught(self, obs: Observation, kind: DecisionType, text: str) -> str:
+    def _taught(self, obs: Observation, kind: DecisionType, text: str, teacher: Orchestrator) -> str:
         if not (self.handles and kind == "plan"):
             return text
         names = [c.name for c in obs.cards]
         if self.style in COMPACT_STYLES:
             parts = parse_parts(obs.question)[0]
-            return to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards), self.menu_rank),
+            needs = teacher.needs(obs) if self.menu_rank == "need" and isinstance(teacher, RuleOrchestrator) else None
+            return to_slot_lines(to_menu_refs(text, names, menus_for(parts, obs.cards), self.menu_rank, needs),
                                  plan_slots(parts, obs.pending_milestone))
         return to_handles(text, names)
 
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         text = await self.inner.decide(obs, kind)
-        taught = self._taught(obs, kind, text)
-        mixed = ([(w, self._taught(obs, kind, await t.decide(obs, kind))) for w, t in self.labellers]
+        taught = self._taught(obs, kind, text, self.inner)
+        mixed = ([(w, self._taught(obs, kind, await t.decide(obs, kind), t)) for w, t in self.labellers]
                  if kind == "plan" else [])
         if self.actor is None:
             self.records.append((kind, obs, taught, mixed))

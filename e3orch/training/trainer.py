@@ -337,55 +337,8 @@ class RLTrainer:
 
     # -- validation and round selection -------------------------------------------------------
     def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:
-        """The current weights, decoding as in evaluation, on the validation tasks, once per pool
-        kind of ``train.validate_pools``: ``training`` gives every task the training pool as it
-        is (the pool the default evaluation uses), ``randomized`` each task its own random pool,
-        drawn as rollouts draw them with ``rollout.randomize_pool`` (new names, members, prices; a
-        share ``rollout.generated_pool_share`` freshly generated). Each
-        task always gets the same pool and the same execution seed, so rounds are compared on
-        equal terms. Each process runs its share. Returns ``{"val_accuracy", "val_cost"}`` over
-        all episodes and ``"val_pools": {kind: {"accuracy", "cost"}}``."""
-        import asyncio
-
-        from accelerate.utils import gather_object
-
-        from e3orch.data.sim import stable_seed
-        from e3orch.executors.base import build_pool
-        from e3orch.orchestration.episode import run_episode
-        from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
-        from e3orch.policy.pools import training_pool
-        from e3orch.policy.prompts import policy_prompt_style
-
-        pc, rcfg = self.params.policy, self.params.rollout
-        settings = DecodeSettings.from_policy(pc, temperature=pc.eval_temperature,
-                                              prompt_style=policy_prompt_style(self.backend, pc.prompt))
-        # one actor per kind: a task's sampling streams (policy.resample_futile) count its own decisions
-        actors: dict[str, PolicyOrchestrator] = {
-            k: PolicyOrchestrator(self.backend, settings, name=f"validate-{k}") for k in self.cfg.validate_pools}
-
-        async def one(task: Task, kind: str) -> tuple[str, bool, float]:
-            rng = random.Random(stable_seed("validate", task.task_id))
-            task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if kind == "randomized" else list(specs)
-            ep = await run_episode(task, actors[kind], build_pool(task_specs), self.params.engine,
-                                   seed=stable_seed("validate", task.task_id))
-            return kind, ep.correct, ep.cost
-
-        mine = tasks[self.acc.process_index :: self.acc.num_processes]
-
-        async def run_all() -> list[tuple[str, bool, float]]:
-            return list(await asyncio.gather(*(one(t, k) for k in self.cfg.validate_pools for t in mine)))
-
-        runs = asyncio.run(run_all())
-        if self.acc.num_processes > 1:
-            runs = gather_object(runs)
-
-        def figures(rows: list[tuple[str, bool, float]]) -> dict[str, float]:
-            n = max(1, len(rows))
-            return {"accuracy": sum(c for _, c, _ in rows) / n, "cost": sum(cost for *_, cost in rows) / n}
-
-        pooled = figures(runs)
-        return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
-                "val_pools": {k: figures([r for r in runs if r[0] == k]) for k in self.cfg.validate_pools}}
+        """The current weights on the validation tasks (:func:`validate_policy`)."""
+        return validate_policy(self.backend, self.params, tasks, specs, self.acc)
 
     def consider(self, figures: dict[str, Any]) -> bool:
         """Record the current weights' validation figures (:meth:`validate`); unless
@@ -647,6 +600,73 @@ class RLTrainer:
             return float(sum(p.double().sum() for p in self.acc.unwrap_model(self.model).parameters()))
 
 
+def validate_policy(backend: Any, params: Params, tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
+                    acc: Any) -> dict[str, Any]:
+    """``backend``'s weights, decoding as in evaluation, on the validation tasks, once per pool
+    kind of ``train.validate_pools``: ``training`` gives every task the training pool as it
+    is (the pool the default evaluation uses), ``randomized`` each task its own random pool,
+    drawn as rollouts draw them with ``rollout.randomize_pool`` (new names, members, prices; a
+    share ``rollout.generated_pool_share`` freshly generated). Each
+    task always gets the same pool and the same execution seed, so rounds are compared on
+    equal terms. Each process of ``acc`` runs its share. Returns ``{"val_accuracy", "val_cost"}``
+    over all episodes and ``"val_pools": {kind: {"accuracy", "cost"}}``."""
+    import asyncio
+
+    from accelerate.utils import gather_object
+
+    from e3orch.data.sim import stable_seed
+    from e3orch.executors.base import build_pool
+    from e3orch.orchestration.episode import run_episode
+    from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
+    from e3orch.policy.pools import training_pool
+    from e3orch.policy.prompts import policy_prompt_style
+
+    pc, rcfg, kinds = params.policy, params.rollout, params.train.validate_pools
+    settings = DecodeSettings.from_policy(pc, temperature=pc.eval_temperature, prompt_style=policy_prompt_style(backend, pc.prompt))
+    # one actor per kind: a task's sampling streams (policy.resample_futile) count its own decisions
+    actors: dict[str, PolicyOrchestrator] = {k: PolicyOrchestrator(backend, settings, name=f"validate-{k}") for k in kinds}
+
+    async def one(task: Task, kind: str) -> tuple[str, bool, float]:
+        rng = random.Random(stable_seed("validate", task.task_id))
+        task_specs = training_pool(specs, rng, rcfg.generated_pool_share) if kind == "randomized" else list(specs)
+        ep = await run_episode(task, actors[kind], build_pool(task_specs), params.engine,
+                               seed=stable_seed("validate", task.task_id))
+        return kind, ep.correct, ep.cost
+
+    mine = tasks[acc.process_index :: acc.num_processes]
+
+    async def run_all() -> list[tuple[str, bool, float]]:
+        return list(await asyncio.gather(*(one(t, k) for k in kinds for t in mine)))
+
+    runs = asyncio.run(run_all())
+    if acc.num_processes > 1:
+        runs = gather_object(runs)
+
+    def figures(rows: list[tuple[str, bool, float]]) -> dict[str, float]:
+        n = max(1, len(rows))
+        return {"accuracy": sum(c for _, c, _ in rows) / n, "cost": sum(cost for *_, cost in rows) / n}
+
+    pooled = figures(runs)
+    return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
+            "val_pools": {k: figures([r for r in runs if r[0] == k]) for k in kinds}}
+
+
+def warm_start_warning(val_accuracy: float, init_dir: str | Path) -> str | None:
+    """A one-line warning when the warm start's validation accuracy is under half of what its
+    teachers reached on their demonstrations (``e3orch_policy.json``; ``None`` without that
+    figure): such a warm start answers before acting on most tasks or breaks its plans, and RL's
+    rounds have not been seen to repair one (docs/benchmarks.md, "A broken warm start")."""
+    try:
+        teachers = float(json.loads((Path(init_dir) / "e3orch_policy.json").read_text())["warmstart"]["teacher_accuracy"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    if val_accuracy >= 0.5 * teachers:
+        return None
+    return (f"the warm start's validation accuracy {val_accuracy:.3f} is under half its teachers' {teachers:.3f}: RL has not "
+            "been seen to repair such a start; warm-start again with another warmstart.seed "
+            "(docs/benchmarks.md, \"A broken warm start\")")
+
+
 def train_rl(
     params: Params,
     train_tasks: Sequence[Task],
@@ -695,6 +715,9 @@ def train_rl(
 
     if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
         validate()
+        warning = warm_start_warning(trainer.validation[0]["val_accuracy"], init_dir or params.warmstart.out_dir)
+        if warning and trainer.acc.is_main_process:
+            log.warning(warning)
     elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
         on_validation(trainer.validation[0])
     history: list[RoundMetrics] = []

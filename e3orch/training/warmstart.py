@@ -95,7 +95,12 @@ def warmstart(
     out_dir: str | Path | None = None,
     accelerator: Any = None,
     on_step: Callable[[int, int, float], None] | None = None,
+    val_tasks: Sequence[Task] = (),
 ) -> tuple[Path, SFTStats, dict[str, Any]]:
+    """Clone the teachers' demonstrations into the policy, run ``warmstart.dagger_rounds``
+    correction rounds and write it to ``out_dir``. With ``warmstart.select: best`` (and correction
+    rounds) the weights written are the most accurate on ``val_tasks`` among those after cloning and
+    after each round (:class:`BestRound`)."""
     import torch
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM
@@ -135,8 +140,17 @@ def warmstart(
     stats = sft_train(model, examples, accelerator=acc, lr=cfg.lr, epochs=cfg.epochs,
                       tokens_per_batch=cfg.tokens_per_batch, seed=cfg.seed, pad_id=tokenizer.pad_token_id,
                       group_prompts=cfg.batch_by_question, on_step=on_step)
+    keeper = None
+    if cfg.select == "best" and cfg.dagger_rounds:
+        if not val_tasks:
+            raise ValueError("warmstart.select: best: no validation tasks; set prepare.val_per_domain > 0 and run `e3orch prepare`")
+        keeper = BestRound.on_validation(params, model, tokenizer, specs, val_tasks, acc)
+        keeper(0, on_step)
     rounds = correct(params, model, tokenizer, train_tasks, specs, examples, encode,
-                     accelerator=acc, on_step=on_step)
+                     accelerator=acc, on_step=on_step, after_round=keeper)
+    selection: dict[str, Any] = {}
+    if keeper is not None:
+        selection = {"validation": keeper.entries, "kept_round": keeper.restore()}
     out = Path(out_dir or cfg.out_dir)
     acc.wait_for_everyone()
     taught: dict[str, float] = {}  # questions per kind of teacher (single:<x> as single), a soft label's answers as one
@@ -156,6 +170,7 @@ def warmstart(
         "plan_steps": plan_stats.steps if plan_stats else 0,
         "plan_seconds": plan_stats.seconds if plan_stats else 0.0,
         "corrections": rounds,
+        **selection,
     }
     state_dict = acc.get_state_dict(model)  # collective: gathers sharded (FSDP) weights on every process
     if acc.is_main_process:
@@ -176,6 +191,7 @@ def correct(
     *,
     accelerator: Any,
     on_step: Callable[[int, int, float], None] | None = None,
+    after_round: Callable[[int, Callable[..., None] | None], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``warmstart.dagger_rounds`` correction rounds on ``model`` (trained in place). Each round the
     policy runs ``dagger_tasks`` train tasks (sampling at ``dagger_temperature``, pools randomised),
@@ -244,4 +260,53 @@ def correct(
         })
         log.info("correction round %d: policy accuracy %.3f cost %.3f, agreed with its teachers on %.1f%% of %d decisions",
                  r + 1, rounds[-1]["policy_accuracy"], rounds[-1]["policy_cost"], 100 * rounds[-1]["agreement"], counts[0])
+        if after_round:
+            after_round(r + 1, on_step)
     return rounds
+
+
+class BestRound:
+    """``warmstart.select: best``: called after cloning (round 0) and after each correction round,
+    runs the policy greedily on the validation tasks (``train.validate_pools``, as RL's rounds are
+    validated) and keeps a copy of the most accurate weights (ties: the cheaper, then the later);
+    :meth:`restore` puts them back. Every process computes the same figures (they are gathered),
+    so all keep the same round."""
+
+    def __init__(self, model: Any, accelerator: Any, validate: Callable[[Any], dict[str, Any]]) -> None:
+        self.model, self.acc, self.validate = model, accelerator, validate
+        self.entries: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self._state: dict[str, Any] = {}
+
+    @classmethod
+    def on_validation(cls, params: Params, model: Any, tokenizer: Any, specs: Sequence[ExecutorSpec],
+                      tasks: Sequence[Task], accelerator: Any) -> BestRound:
+        """Judged by :func:`~e3orch.training.trainer.validate_policy` on ``tasks``."""
+        from e3orch.policy.backends.hf import TransformersBackend
+        from e3orch.training.trainer import validate_policy
+
+        def validate(net: Any) -> dict[str, Any]:
+            backend = TransformersBackend(net, tokenizer=tokenizer, batch_size=params.policy.batch_size)
+            return validate_policy(backend, params, tasks, specs, accelerator)
+
+        return cls(model, accelerator, validate)
+
+    def __call__(self, rnd: int, on_step: Callable[..., None] | None = None) -> None:
+        phase = getattr(on_step, "phase", None)
+        if phase:
+            phase(f"validating the weights after {'cloning' if rnd == 0 else f'correction round {rnd}'}")
+        net = self.acc.unwrap_model(self.model)
+        entry = {"round": rnd, **self.validate(net)}
+        self.entries.append(entry)
+        log.info("warm start after %s: validation accuracy %.3f cost %.3f",
+                 "cloning" if rnd == 0 else f"correction round {rnd}", entry["val_accuracy"], entry["val_cost"])
+        if self.best is None or (entry["val_accuracy"], -entry["val_cost"]) >= (self.best["val_accuracy"], -self.best["val_cost"]):
+            self.best = entry
+            self._state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+    def restore(self) -> int:
+        """Load the kept weights (when they are not the current ones); returns their round."""
+        assert self.best is not None, "BestRound.restore before any validation"
+        if self.best is not self.entries[-1]:
+            self.acc.unwrap_model(self.model).load_state_dict(self._state)
+        return int(self.best["round"])

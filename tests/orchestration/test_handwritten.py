@@ -12,12 +12,15 @@ from e3orch.data.sim import DOMAINS, generate_split
 from e3orch.data.tasks import Task
 from e3orch.executors.base import Pool, build_pool, load_pool_specs
 from e3orch.executors.simulated import parse_values
-from e3orch.orchestration.episode import run_episode
+from e3orch.orchestration.episode import DecisionType, Observation, Orchestrator, run_episode
 from e3orch.orchestration.handwritten import (
+    Part,
     Router,
+    RuleOrchestrator,
     card_levels,
     make_handwritten,
     parse_parts,
+    part_status,
 )
 from e3orch.orchestration.types import Episode
 
@@ -187,6 +190,62 @@ def test_thrifty_tries_the_cheapest_good_card_first_and_repairs_with_the_stronge
     assert firsts_of_hard and repairs
     # a hard lookup: heuristic pays for the strong card at once, thrifty tries the good search first
     assert (r.cheapest_good_enough("retrieve", 2), r.cheapest_good_enough("retrieve", 0)) == ("frontier-llm", "web-search")
+
+
+class NeedsCheck(Orchestrator):
+    """Runs a rule and records, for every subtask it plans, (part, attempts so far, the need
+    ``needs`` gives its part, the executor it routed it to)."""
+
+    def __init__(self, inner: RuleOrchestrator) -> None:
+        self.inner, self.name = inner, inner.name
+        self.seen: list[tuple[Part, int, int | None, str]] = []
+
+    async def decide(self, obs: Observation, kind: DecisionType) -> str:
+        text = await self.inner.decide(obs, kind)
+        if kind == "plan":
+            parts = {p.id: p for p in parse_parts(obs.question)[0]}
+            status, needs = part_status(obs.history, parts.values()), self.inner.needs(obs)
+            for line in text.splitlines():
+                _, executor, _, instruction = (f.strip() for f in line.split("|", 3))
+                pid = instruction.removeprefix("Solve ").rstrip(".")
+                self.seen.append((parts[pid], status[pid].attempts, needs.get(pid), executor))
+        return text
+
+
+@pytest.mark.parametrize("name", ["heuristic", "thrifty", "explore", "sequential", "upfront"])
+def test_a_rules_needs_name_the_cards_it_routes_to(tasks: list[Task], pool: Pool, name: str) -> None:
+    """policy.menu_rank: need teaches the rank ``needs`` gives: it must be the need the plan was routed by."""
+    r = Router(tuple(pool.specs))
+    check = NeedsCheck(make_handwritten(name, pool.names, seed=3))  # type: ignore[arg-type]
+    for t in one_per_domain(tasks, 2):
+        asyncio.run(run_episode(t, check, pool, CFG, seed=3))
+    assert len(check.seen) > 20
+    for part, attempts, need, executor in check.seen:
+        assert need is not None and r.cheapest_at_least(part.skill, need) == executor, (name, part, need, executor)
+        if name in ("heuristic", "sequential", "upfront"):
+            assert need == (3 if attempts or part.difficulty == 2 else 2)
+        elif name == "thrifty":
+            assert need == (3 if attempts else 2)
+    if name == "explore":  # every need drawn
+        assert {need for _, _, need, _ in check.seen} == {1, 2, 3}
+
+
+def test_single_and_random_route_by_no_need(tasks: list[Task], pool: Pool) -> None:
+    obs_seen: list[Observation] = []
+
+    class Keep(Orchestrator):
+        name = "keep"
+
+        async def decide(self, obs: Observation, kind: DecisionType) -> str:
+            obs_seen.append(obs)
+            return await make_handwritten("heuristic", pool.names).decide(obs, kind)
+
+    asyncio.run(run_episode(tasks[0], Keep(), pool, CFG, seed=0))
+    for name in ("single:mid-llm", "random"):
+        rule = make_handwritten(name, pool.names)
+        assert isinstance(rule, RuleOrchestrator)
+        assert all(rule.needs(o) == {} for o in obs_seen)
+    assert make_handwritten("heuristic", pool.names).needs(obs_seen[0])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("executor", ["mid-llm", "calculator", "frontier-llm"])

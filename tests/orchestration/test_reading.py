@@ -89,6 +89,11 @@ def test_menu_refs_resolve_against_the_instruction_part() -> None:
     assert menu_rank("mid-llm", "Solve P3.", menus, NAMES) == 2  # #1 and #2 name it: the highest, its card's level
     assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "lowest") == 1  # or the least need that picks it
     assert menu_rank("reasoner", "Solve P3.", menus, NAMES, "lowest") == 3  # a rank of its own: the same either way
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "need", 1) == 1  # or the need its router asked for
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "need", 2) == 2
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "need", 3) == 2  # #3 is the reasoner: a need that did not pick it
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "need") == 2  # no need given: the highest
+    assert menu_rank("mid-llm", "Solve P3.", menus, NAMES, "highest", 1) == 2  # a need counts only with pick="need"
     assert menu_rank("web-search", "Solve P3.", menus, NAMES) is None  # not capable: not on the menu
     assert menu_rank("frontier-llm", "Solve P3.", menus, NAMES) is None  # strong, but the reasoner is cheaper
 

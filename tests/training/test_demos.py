@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 from e3orch.config import EngineConfig
 from e3orch.data.sim import generate_task, stable_seed
@@ -257,16 +258,39 @@ def test_soft_labels_weigh_the_sft_examples(tiny_init_root: Path) -> None:
     assert any(0 < e.weight < 1 for e in examples)  # a hard lookup's #3 is a half of one question, twice
 
 
-def test_menu_rank_lowest_teaches_a_shared_card_by_its_lowest_rank() -> None:
-    """policy.menu_rank: the same episodes and cards, each written as the lowest rank naming it."""
+def taught_both_ways(domains: list[tuple[str, int]], teacher: str, menu_rank: str) -> tuple[list[Any], list[Any]]:
+    """One teacher's per_part_tiers demonstrations on the default pool under menu_rank highest and
+    ``menu_rank``: the same episodes, so the same questions in the same order."""
     from e3orch.training.demos import collect_demonstrations
 
-    tasks = [generate_task(0, domain, i, "train") for domain in ("multihop", "research") for i in range(2)]
+    tasks = [generate_task(0, domain, i, "train") for domain, n in domains for i in range(n)]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
-    kw = {"mix": {"heuristic": 1.0}, "randomize": False, "style": "per_part_tiers"}
+    kw = {"mix": {teacher: 1.0}, "randomize": False, "style": "per_part_tiers"}
     high, _ = collect_demonstrations(tasks, specs, EngineConfig(), **kw)  # type: ignore[arg-type]
-    low, _ = collect_demonstrations(tasks, specs, EngineConfig(), menu_rank="lowest", **kw)  # type: ignore[arg-type]
-    assert [(d.kind, d.prompt) for d in high] == [(d.kind, d.prompt) for d in low]
+    other, _ = collect_demonstrations(tasks, specs, EngineConfig(), menu_rank=menu_rank, **kw)  # type: ignore[arg-type]
+    assert [(d.kind, d.prompt) for d in high] == [(d.kind, d.prompt) for d in other]
+    return high, other
+
+
+def test_menu_rank_need_teaches_the_rank_the_rule_asked_for() -> None:
+    """policy.menu_rank: need — the same episodes and cards as highest; a first attempt of thrifty
+    is #2 and a repair #3 whatever else those ranks name (a strong card that is the cheapest good
+    one: under highest its first attempts read #3)."""
+    high, need = taught_both_ways([("math", 3), ("table", 3), ("multihop", 3)], "thrifty", "need")
+    pairs = [(h, n) for h, n in zip(high, need) if h.kind == "plan"]
+    firsts = [(h, n) for h, n in pairs if not re.search(r"### S\d+ P\d+ \w+ \w+ x\d", n.prompt)]
+    repairs = [(h, n) for h, n in pairs if (h, n) not in firsts]
+    assert firsts and repairs
+    assert all("| #2 |" in n.completion for _, n in firsts)
+    assert all("| #3 |" in n.completion for _, n in repairs)
+    # the calculator is the cheapest card good at compute and also strong at it: #2 and #3 of a sum's menu
+    assert any("| #3 |" in h.completion and "| #2 |" in n.completion for h, n in firsts)
+    assert all(h.completion == n.completion for h, n in repairs)  # a repair's need is its card's own level
+
+
+def test_menu_rank_lowest_teaches_a_shared_card_by_its_lowest_rank() -> None:
+    """policy.menu_rank: the same episodes and cards, each written as the lowest rank naming it."""
+    high, low = taught_both_ways([("multihop", 2), ("research", 2)], "heuristic", "lowest")
     pairs = [(h, lo) for h, lo in zip(high, low) if h.kind == "plan"]
     assert pairs and all(h.completion == lo.completion for h, lo in zip(high, low) if h.kind != "plan")
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from e3orch.training.trainer import select_round
 
 # round 0 = the warm start: 0.610 at 3.39 (accuracy/cost 0.180)
@@ -69,3 +72,16 @@ def test_an_undone_round_is_never_written() -> None:
     assert select_round(undone, "best")["round"] == 0  # type: ignore[index]  # round 5 (most accurate) is gone
     assert select_round(undone, "efficient", 0.01)["round"] == 3  # type: ignore[index]
     assert select_round(undone, "efficient", 0.0)["round"] == 0  # type: ignore[index]  # round 2 is gone
+
+
+def test_a_warm_start_under_half_its_teachers_accuracy_is_warned_about(tmp_path: Path) -> None:
+    from e3orch.training.trainer import warm_start_warning
+
+    (tmp_path / "e3orch_policy.json").write_text(json.dumps({"warmstart": {"teacher_accuracy": 0.676}}))
+    warning = warm_start_warning(0.071, tmp_path)  # seed 2's warm start with policy.menu_rank: need (docs/benchmarks.md)
+    assert warning is not None and "0.071 is under half its teachers' 0.676" in warning and "warmstart.seed" in warning
+    assert warm_start_warning(0.338, tmp_path) is None  # exactly half: no warning
+    assert warm_start_warning(0.337, tmp_path) is not None
+    assert warm_start_warning(0.0, tmp_path / "missing") is None  # no teachers' figure (e.g. a base_model policy)
+    (tmp_path / "e3orch_policy.json").write_text(json.dumps({"kind": "e3orch-default-policy"}))
+    assert warm_start_warning(0.0, tmp_path) is None
