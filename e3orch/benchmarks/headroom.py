@@ -102,15 +102,12 @@ class TableOrchestrator(RuleOrchestrator):
             return super().accepted(st)
         return st.confidence >= by_level[self._levels.get(st.executor, {}).get(st.skill, 0)]
 
-    def _entry(self, part: Part, attempts: int) -> int:
-        t = self.table
-        return t.first[part.skill][part.difficulty] if attempts == 0 else t.repair[part.skill][min(attempts, 2) - 1]
-
-    def route(self, router: Router, part: Part, attempts: int) -> str:
-        return card_for(router, part.skill, self._entry(part, attempts))
-
     def need_of(self, part: Part, attempts: int) -> int:
-        return min(self._entry(part, attempts), 3)  # STRONGEST names the card need 3 does (levels stop at strong)
+        """The table's entry for the part, routed as the rules route a need (``RuleOrchestrator.route``):
+        STRONGEST is need 3, whose card is the strongest (levels stop at strong), as :func:`card_for` says."""
+        t = self.table
+        need = t.first[part.skill][part.difficulty] if attempts == 0 else t.repair[part.skill][min(attempts, 2) - 1]
+        return min(need, 3)
 
 
 def entries() -> list[str]:

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     specs = load_pool_specs(pool_path)
     with stage_run("warmstart", params) as tracker:
         with step_progress("warm start (SFT)") as on_step:
-            val = sim_tasks(params, "val") if params.warmstart.select == "best" and params.prepare.val_per_domain else []
+            cfg = params.warmstart  # warmstart.select: best validates only when there are rounds to choose among
+            val = sim_tasks(params, "val") if cfg.select == "best" and cfg.dagger_rounds and params.prepare.val_per_domain else []
             out, stats, info = warmstart(params, sim_tasks(params, "train"), specs, out_dir=args.out, on_step=on_step,
                                          val_tasks=val)
         if not is_main_process():  # one metrics file and one report per run
