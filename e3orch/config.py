@@ -287,7 +287,8 @@ class RewardsConfig(_Section):
     positive_only: bool = Field(False, description="negative advantages become 0: the update only raises decisions that did better than their baseline")
     advantage_clip: float | None = Field(
         0.1, gt=0, description="advantages are clipped to [-c, c]: a few alternatives far worse than the policy's choice "
-        "(giving up on a task) no longer set the direction of the whole step, which small, consistent gains then share")
+        "(giving up on a task) no longer set the direction of the whole step, which small, consistent gains then share; "
+        "each sibling group is then re-centred on its mean, except under branch_first (whose first child stays at 0)")
 
 
 class WarmstartConfig(_Section):
@@ -384,6 +385,19 @@ class TrainConfig(_Section):
                            "100 decisions by round 3)")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     ppo_epochs: int = Field(2, ge=1, description="passes over each round's decisions")
+    pg_tokens: Literal["all", "departure"] = Field(
+        "all", description="the completion tokens the policy gradient acts on (the KL term: all of them). departure: "
+                           "at a branch point only the tokens from the first one where the siblings' answers differ "
+                           "(a plan slot's rank, not the `S1 | #` before it), and nothing of a slot or part that every "
+                           "sibling answered alike: a sibling's advantage then trains the choice it made, not the "
+                           "format or the answers it shares with the greedy decision (needed by "
+                           "rewards.estimator: branch_first, whose alternatives' advantages do not cancel there)")
+    replay_rounds: int = Field(
+        0, ge=0, description="also update on the scored decisions of this many earlier rounds (their log-probs "
+                             "recomputed with the current weights, so each ratio starts at 1), each round's weighing as "
+                             "much as the current one's: a comparison trains in its own round and the next ones, not "
+                             "once. 0: each round's decisions only. Update time grows with it; with ppo_epochs 1 and "
+                             "replay_rounds 1 every decision gets as many passes as with ppo_epochs 2 alone")
     minibatches: int = Field(4, ge=1, description="optimizer steps per pass (per process)")
     tokens_per_microbatch: int = Field(
         8192, ge=256, description="padded tokens per forward/backward; a step accumulates gradients over micro-batches")

@@ -109,13 +109,16 @@ def _follows(path: list[str], first: dict[str, bool], branched: dict[str, bool],
     return True
 
 
-def _clip_zero_sum(adv: list[float], keys: list[NodeKey], c: float) -> list[float]:
+def _clip_zero_sum(adv: list[float], keys: list[NodeKey], c: float, recentre: bool = True) -> list[float]:
     """Advantages clipped to [-c, c], then, within each group of siblings, re-centred on their
     mean. Siblings' advantages sum to zero as every sibling estimator makes them, and must go on
     doing so: the tokens siblings share (``S1 | #`` before the rank they differ in) get the sum of
     their advantages, and a clipped group whose sum is negative would push the answer format itself
-    down until plans stop parsing."""
+    down until plans stop parsing. ``recentre=False`` (``branch_first``, whose groups are not
+    zero-sum by design: re-centred, it would be ``branch``) only clips."""
     out = [min(c, max(-c, a)) for a in adv]
+    if not recentre:
+        return out
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, k in enumerate(keys):
         if k.n_siblings > 1:
@@ -189,7 +192,7 @@ def score_nodes(nodes: pl.DataFrame, leaves: pl.DataFrame, cfg: RewardsConfig, l
     if cfg.positive_only:
         adv = [max(0.0, a) for a in adv]
     if cfg.advantage_clip is not None:
-        adv = _clip_zero_sum(adv, keys, cfg.advantage_clip)
+        adv = _clip_zero_sum(adv, keys, cfg.advantage_clip, recentre=cfg.estimator != "branch_first")
     out = nodes.with_columns(
         pl.Series("n_leaves", cols["n_leaves"], dtype=pl.Int64),
         pl.Series("performance", cols["performance"], dtype=pl.Float64),

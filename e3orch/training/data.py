@@ -24,6 +24,7 @@ class Example:
     old_logprobs: list[float] = field(default_factory=list)
     weight: float = 1.0               # per-example loss weight (e.g. 1/decisions of its rollout)
     group: str = ""                   # rollout/tree id (for per-rollout averaging)
+    pg_from: int = 0                  # completion tokens before this one get no policy gradient (train.pg_tokens)
 
 
 def encode_pair(tokenizer: Any, prompt: str, completion: str, max_len: int) -> Example | None:
@@ -106,6 +107,7 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
     cmask = torch.zeros((len(batch), k), dtype=torch.float32)
+    pgmask = torch.zeros((len(batch), k), dtype=torch.float32)
     old = torch.zeros((len(batch), k), dtype=torch.float32)
     for b, e in enumerate(batch):
         seq = e.prompt_ids + e.completion_ids
@@ -113,6 +115,7 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
         attn[b, width - len(seq):] = 1
         c = len(e.completion_ids)
         cmask[b, k - c:] = 1.0
+        pgmask[b, k - c + min(e.pg_from, c):] = 1.0
         if e.old_logprobs:
             lp = e.old_logprobs[:c]
             old[b, k - len(lp):] = torch.tensor(lp)
@@ -122,6 +125,7 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
         "attention_mask": attn,
         "position_ids": pos,
         "completion_mask": cmask,
+        "pg_mask": pgmask,  # the completion tokens from each example's pg_from on
         "old_logprobs": old,
         "advantage": torch.tensor([e.advantage for e in batch], dtype=torch.float32),
         "weight": torch.tensor([e.weight for e in batch], dtype=torch.float32),

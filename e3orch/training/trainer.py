@@ -81,6 +81,7 @@ class RoundMetrics:
     completion_tokens_per_s: float = 0.0
     update_tokens_per_s: float = 0.0
     skipped_steps: int = 0           # optimizer steps skipped for a non-finite gradient
+    n_replayed: int = 0              # train.replay_rounds: earlier rounds' examples the update also trained on
     n_tasks: int = 0                 # task trees the round updated on (all processes)
     val_accuracy: float | None = None  # greedy, on the validation split (train.validate_rounds)
     val_cost: float | None = None
@@ -145,8 +146,63 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
+def _sub_answers(row: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """A decision's answers as asked: (prompt, tokens) per plan slot or milestone part asked one at
+    a time, else one (the whole prompt and completion)."""
+    prompts, lengths = row["sub_prompts"] or [row["prompt"]], row["sub_lengths"] or [len(row["token_ids"])]
+    out, start = [], 0
+    for prompt, n in zip(prompts, lengths):
+        out.append((prompt, list(row["token_ids"][start:start + n])))
+        start += n
+    return out
+
+
+def departures(scored: pl.DataFrame) -> dict[str, list[int | None]]:
+    """``train.pg_tokens: departure``: for each decision at a branch point (``n_siblings`` > 1), per
+    answer asked (:func:`_sub_answers`, matched by position), the first token its policy gradient
+    acts on, or None where it trains nothing. An alternative's answer that repeats the first child's
+    (the same question, the same tokens) trains nothing; one that departs from it trains from the
+    first token where they differ. The first child's answer trains from the first token where some
+    sibling departs from it, or nothing where none does. A question asked differently, or an
+    answer without a counterpart, trains from its first token."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in scored.iter_rows(named=True):
+        if row["n_siblings"] > 1:
+            groups.setdefault((row["tree_id"], row["parent_id"]), []).append(row)
+
+    def shared(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    out: dict[str, list[int | None]] = {}
+    for rows in groups.values():
+        firsts = [r for r in rows if r["sibling_index"] == 0]
+        if not firsts:  # no first child to compare with: every answer trains whole
+            for r in rows:
+                out[r["node_id"]] = [0] * len(_sub_answers(r))
+            continue
+        base = _sub_answers(firsts[0])
+        others = [_sub_answers(r) for r in rows if r is not firsts[0]]
+        for r in rows:
+            own = _sub_answers(r)
+            starts: list[int | None] = []
+            for j, (prompt, toks) in enumerate(own):
+                against = others if r is firsts[0] else [base]
+                diffs = [o[j] for o in against if j < len(o)]
+                if (r is not firsts[0] and not diffs) or any(q != prompt for q, _ in diffs):
+                    starts.append(0)
+                    continue
+                departed = [shared(toks, t) for _, t in diffs if t != toks]
+                starts.append(min(departed) if departed else None)
+            out[r["node_id"]] = starts
+    return out
+
+
 def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
-                         skip_zero_advantage: bool = False, anchor: str = "all") -> list[Example]:
+                         skip_zero_advantage: bool = False, anchor: str = "all",
+                         pg_tokens: str = "all") -> list[Example]:
     """Decisions → training examples (completion ids and old log-probs as sampled).
 
     A plan asked one slot at a time (``policy.prompt: factored`` or ``per_part``) becomes one
@@ -166,32 +222,44 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     ``anchor="spine"`` keeps, of the decisions with advantage 0, only those on the spine
     (:func:`spine_nodes`): every comparison still trains, and the KL term anchors the states the
     greedy policy visits, not every state of every alternative's continuation.
+
+    ``pg_tokens="departure"`` (:func:`departures`): at a branch point an answer's policy gradient
+    starts at the first token where the siblings' answers differ, and an answer every sibling gave
+    alike gets advantage 0 (its KL term stays).
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
     elif anchor == "spine":
         scored = scored.filter((pl.col("advantage") != 0.0) | pl.col("node_id").is_in(list(spine_nodes(scored))))
+    first_diff = departures(scored) if pg_tokens == "departure" else {}
     merged: dict[tuple[str, tuple[int, ...], tuple[int, ...]], Example] = {}
     for row in scored.iter_rows(named=True):
         if not row["token_ids"]:
             continue
         # a plan asked one slot at a time (policy.prompt: factored) trains as its slots' answers, each
         # with the decision's advantage: what was sampled, from the prompt it was sampled from
-        prompts, lengths = row["sub_prompts"] or [row["prompt"]], row["sub_lengths"] or [len(row["token_ids"])]
+        diffs = first_diff.get(row["node_id"]) if first_diff else None
         start = 0
-        for prompt, n in zip(prompts, lengths):
-            c, lp = list(row["token_ids"][start:start + n]), list(row["logprobs"][start:start + n])
-            start += n
+        for j, (prompt, c) in enumerate(_sub_answers(row)):
+            lp = list(row["logprobs"][start:start + len(c)])
+            start += len(c)
             if not c or len(c) >= max_len:
                 continue
             p = prompt_ids(tokenizer, prompt)
             p = p[max(0, len(p) + len(c) - max_len):]
+            adv, pg_from = float(row["advantage"]), 0
+            if diffs is not None:  # train.pg_tokens: departure
+                first = diffs[j]
+                if first is None:
+                    adv = 0.0
+                else:
+                    pg_from = first
             key = (row["tree_id"], tuple(p), tuple(c))
             if key in merged:  # weight: the copies so far; advantage: their sum until the end
                 merged[key].weight += 1.0
-                merged[key].advantage += float(row["advantage"])
+                merged[key].advantage += adv
             else:
-                merged[key] = Example(p, c, float(row["advantage"]), lp, 1.0, row["tree_id"])
+                merged[key] = Example(p, c, adv, lp, 1.0, row["tree_id"], pg_from)
     out = list(merged.values())
     for e in out:
         e.advantage /= e.weight
@@ -243,6 +311,7 @@ class RLTrainer:
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
         self.w_cost = params.rewards.w_cost  # moves with train.hold_accuracy / hold_cost
         self.kept_weights: dict[str, torch.Tensor] | None = None  # train.hold_accuracy / hold_cost: the last kept round's
+        self.replay: list[pl.DataFrame] = []  # train.replay_rounds: this process's scored decisions of the last rounds
 
     # -- rollout engine ----------------------------------------------------------------------
     def _make_backend(self) -> Any:
@@ -294,7 +363,11 @@ class RLTrainer:
         if meta.exists():
             info = json.loads(meta.read_text())
             if info.get("fingerprint") == self.fingerprint():
-                self.acc.load_state(str(self.ckpt / info.get("state", "state")))
+                state = self.ckpt / info.get("state", "state")
+                self.acc.load_state(str(state))
+                replay = sorted(state.glob(f"replay-{self.acc.process_index}-*.parquet"),
+                                key=lambda f: int(f.stem.rsplit("-", 1)[1]))
+                self.replay = [pl.read_parquet(f) for f in replay]
                 self.round = int(info["next_round"])
                 self.validation = info.get("validation", [])
                 self.w_cost = float(info.get("w_cost", self.w_cost))
@@ -318,6 +391,8 @@ class RLTrainer:
             self.acc.save_state(str(self.ckpt / state))
         finally:
             notices.removeFilter(quiet)
+        for i, past in enumerate(self.replay):  # train.replay_rounds: what the next rounds update on again
+            past.write_parquet(self.ckpt / state / f"replay-{self.acc.process_index}-{i}.parquet")
         # Every process's parameter checksum: DDP replicas must stay identical.
         sums = self.acc.gather(torch.tensor([self.param_checksum()], dtype=torch.float64, device=self.acc.device))
         if self.acc.is_main_process:
@@ -371,8 +446,8 @@ class RLTrainer:
         """After a round's validation (``entry``, :meth:`validate`'s figures): keep the round when it is at most
         ``train.hold_accuracy`` less accurate than the warm start on every validation pool and grow
         the cost weight by ``w_cost_up``; otherwise put the last kept weights back, reset the
-        optimizer's moments (they point where the undone step went) and shrink the cost weight by
-        ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
+        optimizer's moments (they point where the undone step went), leave the round's decisions out
+        of ``train.replay_rounds`` and shrink the cost weight by ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
         accuracy allows. With ``train.hold_cost`` a round that costs more than that many times the
         warm start on some validation pool is undone too, and the cost weight grows by ``w_cost_up``
         (accuracy rises only as far as the cost ceiling allows); a kept round then keeps the cost
@@ -387,6 +462,8 @@ class RLTrainer:
             if self.cfg.hold_cost is None:
                 self.w_cost *= self.cfg.w_cost_up
         else:
+            if self.replay:  # train.replay_rounds: the undone round's decisions are not trained on again
+                self.replay.pop()
             if self.kept_weights is not None:
                 self.acc.unwrap_model(self.model).load_state_dict(self.kept_weights)
                 getattr(self.opt, "optimizer", self.opt).state.clear()
@@ -466,8 +543,8 @@ class RLTrainer:
                             batch["weight"], clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
                             kl_coef=cfg.kl_coef,
                             entropy=entropy, entropy_coef=cfg.entropy_coef,
-                            pg_mask=None if cfg.pg_stop_token else without_stop_token(
-                                batch["input_ids"], batch["completion_mask"], self.tokenizer.eos_token_id),
+                            pg_mask=batch["pg_mask"] if cfg.pg_stop_token else without_stop_token(
+                                batch["input_ids"], batch["pg_mask"], self.tokenizer.eos_token_id),
                         )
                         self.acc.backward(parts.loss)
                     stats["kl"] += parts.kl
@@ -514,11 +591,19 @@ class RLTrainer:
                       rollout: RolloutResult | None = None, t_score: float = 0.0) -> RoundMetrics:
         """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
-        examples = examples_from_scored(scored, self.tokenizer, self.cfg.max_seq_len,
+        def to_examples(frame: pl.DataFrame) -> list[Example]:
+            return examples_from_scored(frame, self.tokenizer, self.cfg.max_seq_len, pg_tokens=self.cfg.pg_tokens,
                                         skip_zero_advantage=self.cfg.skip_zero_advantage, anchor=self.cfg.anchor)
+
+        examples = to_examples(scored)
+        replayed = [e for past in self.replay for e in to_examples(past)]
         if self.recomputes_old_logprobs:
-            self.recompute_old_logprobs(examples)
-        up = self.update(examples)
+            self.recompute_old_logprobs(examples + replayed)
+        elif replayed:  # earlier rounds' completions: their recorded log-probs are an older policy's
+            self.recompute_old_logprobs(replayed)
+        up = self.update(examples + replayed)
+        if self.cfg.replay_rounds:
+            self.replay = [*self.replay, scored][-self.cfg.replay_rounds:]
         t_update = time.perf_counter() - t
         t_sync = self.sync_weights()
         self.round += 1
@@ -537,6 +622,7 @@ class RLTrainer:
             "defects": float(scored["defects"].list.len().sum() or 0.0),
             "generated_tokens": int(scored["token_ids"].list.len().sum() or 0),
             "update_tokens": up["tokens"],
+            "n_replayed": len(replayed),
             **{k: up[k] for k in ("kl", "clip_frac", "ratio_mean", "pg_loss", "skipped_steps")},
             "time_generate_s": gen_s, "time_execute_s": exec_s, "time_score_s": t_score,
             "time_update_s": t_update, "time_sync_s": t_sync,
@@ -562,7 +648,7 @@ class RLTrainer:
             # only a round that generated its own completions has an end-to-end generation rate
             completion_tokens_per_s=f["generated_tokens"] / total_time if rollout and total_time > 0 else 0.0,
             update_tokens_per_s=f["update_tokens"] / f["time_update_s"] if f["time_update_s"] > 0 else 0.0,
-            skipped_steps=int(f["skipped_steps"]),
+            skipped_steps=int(f["skipped_steps"]), n_replayed=int(f["n_replayed"]),
         )
 
     def _pooled_figures(self, local: dict[str, float]) -> dict[str, float]:

@@ -183,16 +183,21 @@ def test_hold_accuracy_undoes_a_round_that_loses_accuracy_and_moves_the_cost_wei
     trainer.validation = [{"round": 0, "val_accuracy": 0.60, "val_cost": 3.0}]
     trainer.remember_weights()
 
+    earlier, undone = pl.DataFrame({"round": [0]}), pl.DataFrame({"round": [1]})
+    trainer.replay = [earlier, undone]  # train.replay_rounds: the undone round's decisions go, the earlier stay
+
     optimizer_step(trainer)  # a real step, so the weights move and Adam has moments
     assert not same_weights(trainer_weights(trainer), warm)
     assert trainer.hold({"val_accuracy": 0.585, "val_cost": 2.0}) is False  # 1.5 points below: undone
     assert same_weights(trainer_weights(trainer), warm)
+    assert len(trainer.replay) == 1 and trainer.replay[0] is earlier
     assert len(getattr(trainer.opt, "optimizer", trainer.opt).state) == 0
     assert trainer.w_cost == pytest.approx(w0 * 0.5)
 
     optimizer_step(trainer)
     moved = trainer_weights(trainer)
     assert trainer.hold({"val_accuracy": 0.59, "val_cost": 2.5}) is True  # exactly at the floor: kept
+    assert len(trainer.replay) == 1 and trainer.replay[0] is earlier
     assert trainer.w_cost == pytest.approx(w0 * 0.5 * 1.25)
     optimizer_step(trainer)
     assert trainer.hold({"val_accuracy": 0.50, "val_cost": 1.0}) is False  # goes back to the kept round, not the warm start
@@ -288,15 +293,19 @@ def test_stage_summaries_default_to_evaluate_out_dir(tmp_path: Path) -> None:
     assert [r["round"] for r in json.loads((reports / "train_rounds.json").read_text())] == [1]
 
 
-@pytest.mark.parametrize("prompt", ["params.yaml", "per_part"])
+@pytest.mark.parametrize("prompt", ["params.yaml", "per_part", "departure"])
 def test_the_default_rl_setting_end_to_end(tmp_path: Path, prompt: str) -> None:
     """params.yaml's own setting (per_part_tiers prompts, explore drawing its repair threshold, the
     greedy spine's alternatives judged by probes, milestone flips of result parts only) on the tiny
     sizes: the warm start is taught part-by-part answers, and an RL round compares alternatives. The
     same with numeric menu prices (configs/params-heuristic-start.yaml), which the policy then keeps using,
-    and soft labels."""
+    and soft labels; and params.yaml's setting credited against the greedy decision (branch_first) on
+    the tokens where the answers depart from it (train.pg_tokens: departure)."""
     sections = default_rl_sections(tmp_path)
-    if prompt != "params.yaml":  # and every plan slot taught the whole teacher mix's answers (warmstart.soft_labels)
+    if prompt == "departure":  # credit against the greedy decision, on the tokens where an answer departs from it
+        sections.setdefault("rewards", {})["estimator"] = "branch_first"
+        sections["train"]["pg_tokens"] = "departure"
+    elif prompt != "params.yaml":  # and every plan slot taught the whole teacher mix's answers (warmstart.soft_labels)
         sections["policy"]["prompt"] = prompt
         sections["warmstart"]["soft_labels"] = True
     sections["train"].update(rounds=1, checkpoint_dir=str(tmp_path / "ckpt"))
@@ -314,3 +323,33 @@ def test_the_default_rl_setting_end_to_end(tmp_path: Path, prompt: str) -> None:
     assert (tmp_path / "models/policy/config.json").exists()
     meta = json.loads((tmp_path / "models/policy/e3orch_policy.json").read_text())
     assert meta["prompt"] == sections["policy"]["prompt"]
+
+
+def test_replayed_rounds_train_again_and_survive_a_resume(pipeline: Path) -> None:
+    """train.replay_rounds 1: from round 2 on the update also trains on the round before's decisions.
+    A run stopped after round 2 and resumed for round 3 ends with the uninterrupted run's exact
+    weights, because the replayed decisions are in the checkpoint; resumed without them it does not."""
+    def run(name: str, rounds: int, resume: bool) -> list[dict[str, float]]:
+        params = write_tiny_params(pipeline, train={"rounds": rounds, "replay_rounds": 1, "ppo_epochs": 1,
+                                                    "checkpoint_dir": str(pipeline / name / "ckpt")})
+        out = pipeline / name / f"rounds-{rounds}.json"
+        assert main(["train", "--params", str(params), "--init", str(pipeline / "models/warmstart"),
+                     *([] if resume else ["--no-resume"]), "--out", str(pipeline / name / "policy"),
+                     "--metrics", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    def weights(name: str) -> dict[str, torch.Tensor]:
+        return load_file(str(pipeline / name / "policy/model.safetensors"))
+
+    whole = run("replay-whole", 3, resume=False)
+    assert [r["round"] for r in whole] == [1, 2, 3]
+    assert whole[0]["n_replayed"] == 0 and whole[1]["n_replayed"] > 0 and whole[2]["n_replayed"] > 0
+    for name in ("replay-resumed", "replay-forgotten"):
+        assert [r["round"] for r in run(name, 2, resume=False)] == [1, 2]
+    (state,) = (pipeline / "replay-forgotten/ckpt").glob("state-*")
+    for f in state.glob("replay-*.parquet"):
+        f.unlink()
+    for name in ("replay-resumed", "replay-forgotten"):
+        assert [r["round"] for r in run(name, 3, resume=True)] == [3]
+    assert same_weights(weights("replay-resumed"), weights("replay-whole"))
+    assert not same_weights(weights("replay-forgotten"), weights("replay-whole"))

@@ -325,6 +325,20 @@ def test_branch_first_credits_alternatives_against_the_first_child() -> None:
     assert first["p1"] == 0.0 and first["q1"] == pytest.approx(r_bad - r_ok)
 
 
+def test_advantage_clip_leaves_branch_firsts_first_child_at_zero() -> None:
+    """Re-centred like a zero-sum group, a clipped branch_first group would be branch's: the first
+    child raised by the alternative's loss. It is clipped only."""
+    nodes, leaves = _greedy_trunk_tree(a=True, b=False, c=True)
+    r_ok, r_bad = 2 / 3 - 0.3 + 0.2, 1 / 3 - 0.3 + 0.2
+    cfg = sibling_rewards(w_performance=1.0, w_cost=0.3, w_completeness=0.2, prior_alpha=1, prior_beta=1, kappa=0.0,
+                          defect_penalty=0.5, estimator="branch_first", normalize_std=False, advantage_clip=0.1)
+    out = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg)
+    adv = dict(zip(out["node_id"], out["advantage"]))
+    assert r_ok - r_bad > 0.1 and adv == pytest.approx({"m": 0.0, "p0": 0.0, "p1": 0.0, "q0": 0.0, "q1": -0.1})
+    branch = score_nodes(nodes_frame(nodes), leaves_frame(leaves), cfg.model_copy(update={"estimator": "branch"}))
+    assert dict(zip(branch["node_id"], branch["advantage"]))["q0"] == pytest.approx(0.1)
+
+
 def test_branch_first_does_not_raise_the_first_child_for_a_bad_alternative() -> None:
     # three siblings: first child 0.5, a better alternative 0.6, a much worse one 0.0
     keys = [K("g", "r", n=3), NodeKey("a", "t", "r", "plan", 3, 1), NodeKey("b", "t", "r", "plan", 3, 2)]

@@ -125,3 +125,43 @@ def test_spine_anchor_keeps_comparisons_and_the_spines_zero_advantage_decisions(
     assert [(e.advantage, e.weight) for e in kept] == [(0.0, 0.2), (0.1, 0.2), (-0.1, 0.2), (0.0, 0.2), (0.0, 0.2)]
     assert len(examples_from_scored(scored, tokenizer, 256)) == len(nodes)
     assert len(examples_from_scored(scored, tokenizer, 256, anchor="spine", skip_zero_advantage=True)) == 2
+
+
+def test_departure_credits_only_where_an_answer_departs_from_the_first_childs(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """train.pg_tokens: departure on a two-slot plan branch point: the first child (greedy) and two
+    alternatives, each changing one slot's rank (the token after the shared `S1 | #`); and a one-part
+    decision that did not branch. Under branch_first the first child's advantage is 0."""
+    from e3orch.training.trainer import departures
+
+    p1 = "### S1 P1 reason normal: #1 good mid | #2 strong pricey\n### decide: plan for Solve P1\n"
+    p2 = "### S1 P2 code normal: #1 good mid | #2 strong pricey\n### decide: plan for Solve P2\n"
+    fmt, one, two, end = [53, 19, 276, 278], [20], [21], [276, 294, 2]
+    a1, a2 = fmt + one + end, fmt + two + end  # "S1 | #1 | -</s>", "S1 | #2 | -</s>"
+    rows = [("g", 0, a1 + a1, 0.0), ("x", 1, a2 + a1, -0.1), ("y", 2, a1 + a2, 0.05)]
+    scored = pl.DataFrame(
+        [{"node_id": n, "tree_id": "t", "parent_id": "m", "n_siblings": 3, "sibling_index": i, "prompt": "",
+          "token_ids": t, "logprobs": [-0.1] * 16, "advantage": adv, "sub_prompts": [p1, p2], "sub_lengths": [8, 8]}
+         for n, i, t, adv in rows] + [
+            {"node_id": "m", "tree_id": "t", "parent_id": "", "n_siblings": 1, "sibling_index": 0, "prompt": "### decide: x\n",
+             "token_ids": [343, 2], "logprobs": [-0.1, -0.1], "advantage": 0.0, "sub_prompts": [], "sub_lengths": []}],
+        schema_overrides={"sub_prompts": pl.List(pl.Utf8), "sub_lengths": pl.List(pl.Int64)})
+    # the greedy slots train from the rank on (each has a sibling departing there); an alternative's
+    # changed slot from the rank on, its repeated slot not at all; a decision without siblings is not matched
+    assert departures(scored) == {"g": [4, 4], "x": [4, None], "y": [None, 4]}
+    ex = examples_from_scored(scored, tokenizer, 256, pg_tokens="departure")
+    got = sorted((e.completion_ids == a2, e.pg_from, round(e.advantage, 9), round(e.weight, 9)) for e in ex if e.completion_ids != [343, 2])
+    # P1 #1 (g, y: 0 and 0), P2 #1 (g, x: 0 and 0), P1 #2 (x: -0.1), P2 #2 (y: 0.05); seven answers in tree t
+    assert got == [(False, 4, 0.0, round(2 / 7, 9)), (False, 4, 0.0, round(2 / 7, 9)),
+                   (True, 4, -0.1, round(1 / 7, 9)), (True, 4, 0.05, round(1 / 7, 9))]
+    # pg_tokens all: every token of every answer with its decision's advantage, as before
+    whole = examples_from_scored(scored, tokenizer, 256)
+    assert {e.pg_from for e in whole} == {0}
+    assert sorted(round(e.advantage, 9) for e in whole) == [-0.1, -0.05, 0.0, 0.025, 0.05]
+
+
+def test_collate_masks_the_policy_gradient_before_pg_from() -> None:
+    from e3orch.training.data import Example, collate
+
+    batch = collate([Example([1, 2], [5, 6, 7, 8], pg_from=2), Example([1, 2, 3], [5, 6]), Example([1], [5, 6, 7], pg_from=9)], 0)
+    assert batch["completion_mask"].tolist() == [[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1]]
+    assert batch["pg_mask"].tolist() == [[0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 0, 0]]
