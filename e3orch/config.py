@@ -387,11 +387,12 @@ class TrainConfig(_Section):
     ppo_epochs: int = Field(2, ge=1, description="passes over each round's decisions")
     pg_tokens: Literal["all", "departure"] = Field(
         "all", description="the completion tokens the policy gradient acts on (the KL term: all of them). departure: "
-                           "at a branch point only the tokens from the first one where the siblings' answers differ "
-                           "(a plan slot's rank, not the `S1 | #` before it), and nothing of a slot or part that every "
-                           "sibling answered alike: a sibling's advantage then trains the choice it made, not the "
-                           "format or the answers it shares with the greedy decision (needed by "
-                           "rewards.estimator: branch_first, whose alternatives' advantages do not cancel there)")
+                           "at a branch point an alternative's answer from the first token where it departs from the "
+                           "first child's (a plan slot's rank, not the `S1 | #` before it), and nothing of a slot or "
+                           "part it answered as the first child did; the first child's where some sibling departs "
+                           "from it: an alternative's advantage then trains the choice it made, not the format or the "
+                           "answers it shares with the greedy decision (needed by rewards.estimator: branch_first, "
+                           "whose alternatives' advantages do not cancel there)")
     replay_rounds: int = Field(
         0, ge=0, description="also update on the scored decisions of this many earlier rounds (their log-probs "
                              "recomputed with the current weights, so each ratio starts at 1), each round's weighing as "

@@ -223,9 +223,9 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     (:func:`spine_nodes`): every comparison still trains, and the KL term anchors the states the
     greedy policy visits, not every state of every alternative's continuation.
 
-    ``pg_tokens="departure"`` (:func:`departures`): at a branch point an answer's policy gradient
-    starts at the first token where the siblings' answers differ, and an answer every sibling gave
-    alike gets advantage 0 (its KL term stays).
+    ``pg_tokens="departure"`` (:func:`departures`): at a branch point an alternative's answer trains
+    from the first token where it departs from the first child's, and one that repeats it gets
+    advantage 0 (its KL term stays); the first child's trains where some sibling departs from it.
     """
     if skip_zero_advantage:
         scored = scored.filter(pl.col("advantage") != 0.0)
@@ -447,8 +447,8 @@ class RLTrainer:
         ``train.hold_accuracy`` less accurate than the warm start on every validation pool and grow
         the cost weight by ``w_cost_up``; otherwise put the last kept weights back, reset the
         optimizer's moments (they point where the undone step went), leave the round's decisions out
-        of ``train.replay_rounds`` and shrink the cost weight by ``w_cost_down``. A Lagrangian cost weight with a validation gate: cost falls only as far as
-        accuracy allows. With ``train.hold_cost`` a round that costs more than that many times the
+        of ``train.replay_rounds`` and shrink the cost weight by ``w_cost_down``. A Lagrangian cost
+        weight with a validation gate: cost falls only as far as accuracy allows. With ``train.hold_cost`` a round that costs more than that many times the
         warm start on some validation pool is undone too, and the cost weight grows by ``w_cost_up``
         (accuracy rises only as far as the cost ceiling allows); a kept round then keeps the cost
         weight. Every process takes the same decision (the figures are gathered)."""
@@ -591,6 +591,7 @@ class RLTrainer:
                       rollout: RolloutResult | None = None, t_score: float = 0.0) -> RoundMetrics:
         """Update on a round's scored decisions, push the weights, and measure the round."""
         t = time.perf_counter()
+
         def to_examples(frame: pl.DataFrame) -> list[Example]:
             return examples_from_scored(frame, self.tokenizer, self.cfg.max_seq_len, pg_tokens=self.cfg.pg_tokens,
                                         skip_zero_advantage=self.cfg.skip_zero_advantage, anchor=self.cfg.anchor)
