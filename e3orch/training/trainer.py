@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import shutil
 import time
@@ -170,12 +171,6 @@ def departures(scored: pl.DataFrame) -> dict[str, list[int | None]]:
         if row["n_siblings"] > 1:
             groups.setdefault((row["tree_id"], row["parent_id"]), []).append(row)
 
-    def shared(a: list[int], b: list[int]) -> int:
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
-        return n
-
     out: dict[str, list[int | None]] = {}
     for rows in groups.values():
         firsts = [r for r in rows if r["sibling_index"] == 0]
@@ -194,7 +189,7 @@ def departures(scored: pl.DataFrame) -> dict[str, list[int | None]]:
                 if (r is not firsts[0] and not diffs) or any(q != prompt for q, _ in diffs):
                     starts.append(0)
                     continue
-                departed = [shared(toks, t) for _, t in diffs if t != toks]
+                departed = [len(os.path.commonprefix([toks, t])) for _, t in diffs if t != toks]
                 starts.append(min(departed) if departed else None)
             out[r["node_id"]] = starts
     return out
