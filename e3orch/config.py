@@ -142,7 +142,7 @@ class PolicyConfig(_Section):
         "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
         "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
     menu_rank: Literal["highest", "lowest", "need"] = Field(
-        "highest", description="compact and factored styles: a card that several menu ranks name (#1 and #2 when the "
+        "lowest", description="compact and factored styles: a card that several menu ranks name (#1 and #2 when the "
         "cheapest card at least fair is also good) is taught, and offered as a slot alternative, as the highest of them "
         "(its card's own level) or the lowest (the least need that picks it); need: taught as the rank the teacher's rule "
         "asked for (heuristic: #2, #3 when hard and for every repair; thrifty: #2, repairs #3; explore: its drawn need), "
@@ -175,7 +175,7 @@ def lookahead_at(lookahead: int, lookahead_from: str, kind: str) -> int:
 class RolloutConfig(_Section):
     """Tree-structured rollouts: branch at milestone and plan decisions."""
 
-    tasks_per_round: int = Field(96, ge=1, description="train tasks per rollout round")
+    tasks_per_round: int = Field(192, ge=1, description="train tasks per rollout round")
     branch_milestone: int = Field(8, ge=1, description="children per milestone decision while branching")
     branch_plan: int = Field(8, ge=1, description="children per plan decision while branching")
     branch_start: int = Field(1, ge=0, description="first decision depth (0 = the first milestone) that may branch")
@@ -206,7 +206,7 @@ class RolloutConfig(_Section):
         "may flip: any part asked about, or only parts that already have a result or a failed attempt (repair or "
         "move on); flipping an open part to no is almost always worse and teaches nothing the warm start lacks")
     flip_below: float = Field(
-        1.0, gt=0.0, le=1.0, description="with slot_alternatives and policy.prompt per_part: a milestone branch point "
+        0.99, gt=0.0, le=1.0, description="with slot_alternatives and policy.prompt per_part: a milestone branch point "
         "flips only parts whose answer the policy gave with probability below this; 1.0: any part milestone_flips "
         "allows. 0.99 leaves out the answers it is sure of (repairing a result reported at 0.9: three in four of a "
         "round's flips of results, nearly all worse) and keeps those near the repair threshold; measured, it did not "
@@ -239,7 +239,7 @@ class RolloutConfig(_Section):
     generated_pool_share: float = Field(
         0.5, ge=0, le=1, description="share of tasks with a freshly generated pool instead (needs randomize_pool)")
     as_is_share: float = Field(
-        0.5, ge=0, le=1, description="with randomize_pool: share of tasks that keep the training pool as it is; the "
+        0.0, ge=0, le=1, description="with randomize_pool: share of tasks that keep the training pool as it is; the "
         "rest get a random variant or (generated_pool_share of them) a generated pool")
     seed: int = 0
     out_dir: str = "data/rollouts"

@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:  # `flows/` is a folder at the repository root, no
 # configs/params-compact.yaml's tree shape: sampled trees with sibling branching every third decision
 SAMPLED_TREES: dict[str, Any] = {
     "branch_milestone": 2, "branch_plan": 2, "branch_start": 2, "branch_stride": 3, "branch_depth": 12, "trunk": "sample",
-    "slot_alternatives": False, "milestone_flips": "all", "spine": False, "continuation": "policy", "probes": 4,
+    "slot_alternatives": False, "milestone_flips": "all", "flip_below": 1.0, "spine": False, "continuation": "policy", "probes": 4,
     "probe_routing": "rule", "shared_noise": False, "common_executor_noise": False, "as_is_share": 0.0,
 }
 
@@ -56,15 +56,15 @@ def sibling_rewards(**values: Any) -> Any:
 
 
 def default_rl_sections(root: str | Path) -> dict[str, dict[str, Any]]:
-    """Sections for :func:`write_tiny_params` that put back params.yaml's own prompt, warm-start
-    teachers, tree shape, rewards and update knobs on the tiny sizes (fewer probes and leaves)."""
+    """Sections for :func:`write_tiny_params` that put back params.yaml's own prompt and menu ranks,
+    warm-start teachers, tree shape, rewards and update knobs on the tiny sizes (fewer probes and leaves)."""
     from e3orch.config import Params
 
     p = Params()
     keep = {"tasks_per_round": 2, "leaf_budget": 8, "probes": 2, "generated_pool_share": 0.5,
             "out_dir": str(Path(root).resolve() / "data/rollouts")}
     return {
-        "policy": {"prompt": p.policy.prompt},
+        "policy": {"prompt": p.policy.prompt, "menu_rank": p.policy.menu_rank},
         "warmstart": {"explore_accept": list(p.warmstart.explore_accept)},
         "rollout": {**{k: getattr(p.rollout, k) for k in SAMPLED_TREES}, "branch_milestone": 4, "branch_plan": 4, **keep},
         "rewards": {k: getattr(p.rewards, k) for k in ("cost_unit", "estimator", "normalize_std", "advantage_clip")},
@@ -97,7 +97,7 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
 
     Besides its sizes it fixes knobs the tests rely on (a teacher mix with every kind of teacher,
     a learning rate at which two rounds visibly move the weights, no validation split, and the
-    sampled trees judged by sibling leaves on the compact prompt that most tests exercise — as
+    sampled trees judged by sibling leaves on the compact prompt, with its highest menu ranks, that most tests exercise — as
     configs/params-compact.yaml), so that retuning params.yaml, whose values are the code's
     defaults, does not change what they test. ``default_rl_sections`` gives params.yaml's own
     prompt, rollout, reward and update knobs instead."""
@@ -110,7 +110,7 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
                      "transfer_executors": str(REPO / "configs/executors/transfer.yaml"),
                      "out_dir": str(d / "reports")},
         "policy": {"init_dir": str(d / "models/init"), "threads": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
-                   "temperature": 1.0, "prompt": "compact",
+                   "temperature": 1.0, "prompt": "compact", "menu_rank": "highest",
                    "model": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                              "intermediate_size": 64}},
         "warmstart": {"tasks": 6, "epochs": 0.3, "plan_epochs": 1.0, "tokens_per_batch": 2048, "dagger_rounds": 1,

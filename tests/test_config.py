@@ -135,24 +135,40 @@ def test_the_probes_configs_chain_onto_params_compact() -> None:
     assert phase2.evaluate == probes.evaluate == default.evaluate
 
 
-def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_cost_weight() -> None:
+def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_larger_rounds() -> None:
     """params.yaml is configs/params-tiers.yaml with `thrifty` among the teachers, four copies of each
-    repair question and a smaller cost weight; configs/params-heuristic-start.yaml (the warm start
-    as accurate as `heuristic`, numeric prices) is params.yaml with the previous defaults back, and
-    the tier config builds on it."""
+    repair question, a smaller cost weight and the larger rounds (192 tasks, flips only where the policy
+    is unsure, every task on a randomised or generated pool, a shared card taught as its lowest rank);
+    configs/params-smaller-rounds.yaml puts the rounds of before back, and
+    configs/params-heuristic-start.yaml (the warm start as accurate as `heuristic`, numeric prices)
+    builds on that, as does the tier config."""
     default, tiers = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-tiers.yaml")
+    smaller = load_params(REPO / "configs/params-smaller-rounds.yaml")
     start = load_params(REPO / "configs/params-heuristic-start.yaml")
-    assert default.policy == tiers.policy and default.policy.prompt == "per_part_tiers"
+    larger_rounds = {"tasks_per_round": 192, "flip_below": 0.99, "as_is_share": 0.0}
+    assert default.policy == tiers.policy.model_copy(update={"menu_rank": "lowest"}) == smaller.policy.model_copy(
+        update={"menu_rank": "lowest"})
+    assert (default.policy.prompt, tiers.policy.menu_rank) == ("per_part_tiers", "highest")
+    assert default.rollout == tiers.rollout.model_copy(update=larger_rounds) == smaller.rollout.model_copy(update=larger_rounds)
     assert dict(default.warmstart.teachers) == {"heuristic": 0.4, "explore": 0.3, "thrifty": 0.3}
     assert (default.warmstart.result_oversample, default.warmstart.epochs) == (4, tiers.warmstart.epochs) == (4, 4.5)
     assert default.warmstart.model_copy(update={"teachers": tiers.warmstart.teachers, "result_oversample": 1}) == tiers.warmstart
-    assert default.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12})
-    assert default.train == tiers.train and default.rollout == tiers.rollout and default.engine == tiers.engine
+    assert default.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12}) == smaller.rewards
+    assert default.train == tiers.train == smaller.train and default.engine == tiers.engine
     assert default.evaluate == tiers.evaluate and default.prepare == tiers.prepare
+    assert default.warmstart == smaller.warmstart and default.evaluate == smaller.evaluate
     assert dict(start.warmstart.teachers) == {"heuristic": 0.7, "explore": 0.3}  # the base's mix replaced, not merged
     assert (start.policy.prompt, start.warmstart.epochs, start.warmstart.result_oversample) == ("per_part", 3.0, 1)
     assert (start.rewards.w_cost, start.train.lr) == (0.24, 3e-4)
-    assert start.rollout == default.rollout and start.evaluate == default.evaluate
+    assert start.rollout == smaller.rollout and start.evaluate == default.evaluate
+
+
+def test_the_larger_rounds_config_is_params_yaml_taught_the_highest_rank() -> None:
+    """configs/params-larger-rounds.yaml: params.yaml's rounds with the highest rank taught and w_cost 0.14."""
+    default, larger = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-larger-rounds.yaml")
+    assert larger.policy == default.policy.model_copy(update={"menu_rank": "highest"})
+    assert larger.rewards == default.rewards.model_copy(update={"w_cost": 0.14})
+    assert (larger.rollout, larger.warmstart, larger.train) == (default.rollout, default.warmstart, default.train)
 
 
 def test_a_teacher_mix_replaces_its_bases_whole(tmp_path: Path) -> None:
