@@ -6,7 +6,8 @@
   minibatch, one epoch, whatever ``train.minibatches`` and ``train.ppo_epochs`` say) and
   ``reference_tokens_per_s``: the minimal clipped-PG loop below — policy forward, frozen
   reference forward, backward, AdamW — on the same model weights and the same batch, measured
-  in the same run. ``update_over_reference`` is their ratio.
+  in the same run, one step of each in turn. ``update_over_reference`` is the ratio of their
+  median step times (15 steps each).
 * ``long_completion_tokens_per_s``: the setting of TRL's GRPO benchmark — one step of 32 sampled
   completions of 256 tokens each (EOS suppressed) behind real rollout prompts, generated and
   then trained on with one update; completion tokens ÷ (generate + update) seconds.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import os
 import platform
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -82,24 +84,32 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
             e.advantage = e.advantage or 0.5
         batch = {k: v.to(trainer.acc.device) for k, v in collate(examples, trainer.tokenizer.pad_token_id).items()}
         n_tokens = float(batch["attention_mask"].sum())
-        reps = 2 if quick else 5
+        reps = 3 if quick else 15
 
-        trainer.update(examples)  # warm-up (update leaves its examples as they are)
-        t = time.perf_counter()
-        for _ in range(reps):
-            trainer.update(examples)
-        ours = reps * n_tokens / (time.perf_counter() - t)
-
+        # One trainer update and one reference step in turn, each timed on its own, the ratio of their
+        # median times: a step takes ~0.1 s here, so a drift of the machine's speed over the run, or a
+        # stall, would otherwise land on one side of the ratio.
         assert trainer.ref is not None  # kl_coef 0.02 above: the trainer holds a frozen reference
         model = copy.deepcopy(trainer.acc.unwrap_model(trainer.model)).train()
         ref = copy.deepcopy(trainer.ref).eval()
         opt = torch.optim.AdamW(model.parameters(), lr=params.train.lr)
-        with trainer.acc.autocast():  # the trainer's precision (bf16 autocast on a GPU setting)
-            reference_step(model, ref, opt, batch)  # warm-up
-            t = time.perf_counter()
-            for _ in range(reps):
+
+        def reference() -> None:
+            with trainer.acc.autocast():  # the trainer's precision (bf16 autocast on a GPU setting)
                 reference_step(model, ref, opt, batch)
-        refs = reps * n_tokens / (time.perf_counter() - t)
+
+        trainer.update(examples)  # warm-ups (update leaves its examples as they are)
+        reference()
+        ours_s: list[float] = []
+        refs_s: list[float] = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            trainer.update(examples)
+            ours_s.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            reference()
+            refs_s.append(time.perf_counter() - t)
+        ours, refs = n_tokens / statistics.median(ours_s), n_tokens / statistics.median(refs_s)
 
         # The long-completion setting (as TRL's GRPO benchmark): one step of 32 sampled
         # completions, each exactly long_tokens long, behind real rollout prompts; end to end
