@@ -97,9 +97,9 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
 
     Besides its sizes it fixes knobs the tests rely on (a teacher mix with every kind of teacher,
     a learning rate at which two rounds visibly move the weights, no validation split, and the
-    sampled trees judged by sibling leaves on the compact prompt, with its highest menu ranks, that most tests exercise — as
-    configs/params-compact.yaml), so that retuning params.yaml, whose values are the code's
-    defaults, does not change what they test. ``default_rl_sections`` gives params.yaml's own
+    sampled trees judged by sibling leaves on the compact prompt taught by the highest menu rank
+    that most tests exercise — as configs/params-compact.yaml), so that retuning params.yaml, whose
+    values are the code's defaults, does not change what they test. ``default_rl_sections`` gives params.yaml's own
     prompt, rollout, reward and update knobs instead."""
     d = Path(root).resolve()
     return {
