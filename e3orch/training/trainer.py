@@ -147,13 +147,13 @@ def select_round(validation: Sequence[dict[str, Any]], select: str, tolerance: f
     return max(validation, key=lambda v: (v["val_accuracy"], -v["val_cost"]))
 
 
-def _sub_answers(row: dict[str, Any]) -> list[tuple[str, list[int]]]:
-    """A decision's answers as asked: (prompt, tokens) per plan slot or milestone part asked one at
-    a time, else one (the whole prompt and completion)."""
+def _sub_answers(row: dict[str, Any]) -> list[tuple[str, list[int], list[float]]]:
+    """A decision's answers as asked: (prompt, tokens, their sampled log-probs) per plan slot or
+    milestone part asked one at a time, else one (the whole prompt and completion)."""
     prompts, lengths = row["sub_prompts"] or [row["prompt"]], row["sub_lengths"] or [len(row["token_ids"])]
     out, start = [], 0
     for prompt, n in zip(prompts, lengths):
-        out.append((prompt, list(row["token_ids"][start:start + n])))
+        out.append((prompt, list(row["token_ids"][start:start + n]), list(row["logprobs"][start:start + n])))
         start += n
     return out
 
@@ -173,23 +173,21 @@ def departures(scored: pl.DataFrame) -> dict[str, list[int | None]]:
 
     out: dict[str, list[int | None]] = {}
     for rows in groups.values():
-        firsts = [r for r in rows if r["sibling_index"] == 0]
-        if not firsts:  # no first child to compare with: every answer trains whole
-            for r in rows:
-                out[r["node_id"]] = [0] * len(_sub_answers(r))
+        answers = [_sub_answers(r) for r in rows]
+        first = next((i for i, r in enumerate(rows) if r["sibling_index"] == 0), None)
+        if first is None:  # no first child to compare with: every answer trains whole
+            for r, own in zip(rows, answers):
+                out[r["node_id"]] = [0] * len(own)
             continue
-        base = _sub_answers(firsts[0])
-        others = [_sub_answers(r) for r in rows if r is not firsts[0]]
-        for r in rows:
-            own = _sub_answers(r)
+        for i, (r, own) in enumerate(zip(rows, answers)):
+            against = [a for k, a in enumerate(answers) if k != first] if i == first else [answers[first]]
             starts: list[int | None] = []
-            for j, (prompt, toks) in enumerate(own):
-                against = others if r is firsts[0] else [base]
+            for j, (prompt, toks, _) in enumerate(own):
                 diffs = [o[j] for o in against if j < len(o)]
-                if (r is not firsts[0] and not diffs) or any(q != prompt for q, _ in diffs):
+                if (i != first and not diffs) or any(q != prompt for q, _, _ in diffs):
                     starts.append(0)
                     continue
-                departed = [len(os.path.commonprefix([toks, t])) for _, t in diffs if t != toks]
+                departed = [len(os.path.commonprefix([toks, t])) for _, t, _ in diffs if t != toks]
                 starts.append(min(departed) if departed else None)
             out[r["node_id"]] = starts
     return out
@@ -234,10 +232,7 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
         # a plan asked one slot at a time (policy.prompt: factored) trains as its slots' answers, each
         # with the decision's advantage: what was sampled, from the prompt it was sampled from
         diffs = first_diff.get(row["node_id"]) if first_diff else None
-        start = 0
-        for j, (prompt, c) in enumerate(_sub_answers(row)):
-            lp = list(row["logprobs"][start:start + len(c)])
-            start += len(c)
+        for j, (prompt, c, lp) in enumerate(_sub_answers(row)):
             if not c or len(c) >= max_len:
                 continue
             p = prompt_ids(tokenizer, prompt)
