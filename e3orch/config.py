@@ -229,7 +229,7 @@ class RolloutConfig(_Section):
         "continuations of each child by that rule (a fast rollout policy, as in AlphaGo), so the policy generates "
         "only the spine and the children off it end at their probes")
     probes: int = Field(
-        8, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
+        16, ge=1, description="with a hand-written continuation: continuations per child, each with its own execution "
         "noise and the same noise for every child of a branch point (common random numbers)")
     probe_routing: Literal["rule", "policy"] = Field(
         "policy", description="with a hand-written continuation: who routes the probes' plans — the rule, or the policy "
@@ -441,7 +441,7 @@ class TrainConfig(_Section):
                     "round below that is undone (weights back to the last kept round, optimizer moments reset) and the "
                     "cost weight shrinks by w_cost_down. None: every round is kept at a fixed cost weight")
     hold_cost: float | None = Field(
-        None, ge=1,
+        1.3, ge=1,
         description="keep validation cost as a constraint: a round whose validation cost is more than this many times "
                     "the warm start's on any validation pool is undone (weights back to the last kept round, optimizer "
                     "moments reset) and the cost weight grows by w_cost_up; a round within it is kept at the same cost "

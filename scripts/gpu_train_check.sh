@@ -94,7 +94,8 @@ over = {
     "policy": {"init_dir": f"{work}/models/init", "backend": "transformers", "device": device, "dtype": "auto"},
     "warmstart": {"tasks": small["ws_tasks"], "epochs": small["ws_epochs"], "out_dir": f"{work}/models/warmstart"},
     "rollout": {"tasks_per_round": small["tasks_per_round"], "out_dir": f"{work}/data/rollouts"},
-    "train": {"rounds": 2, "checkpoint_dir": f"{work}/models/checkpoints", "out_dir": f"{work}/models/policy"},
+    # no cost ceiling: it restores each process's whole weights, which the FSDP leg shards
+    "train": {"rounds": 2, "hold_cost": None, "checkpoint_dir": f"{work}/models/checkpoints", "out_dir": f"{work}/models/policy"},
     "evaluate": {"out_dir": f"{work}/reports"},
 }
 for section, keys in over.items():

@@ -123,7 +123,7 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
                     "out_dir": str(d / "data/rollouts")},
         "rewards": {**SIBLING_REWARDS, "w_cost": 0.3},
         "train": {"rounds": 2, "minibatches": 1, "lr": 5e-4, "validate_rounds": False, "select": "last",
-                  "clip_eps_high": None, "ppo_epochs": 1,
+                  "hold_cost": None, "clip_eps_high": None, "ppo_epochs": 1,
                   "out_dir": str(d / "models/policy"),
                   "checkpoint_dir": str(d / "models/checkpoints")},
     }

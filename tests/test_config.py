@@ -137,15 +137,16 @@ def test_the_probes_configs_chain_onto_params_compact() -> None:
 
 def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_larger_rounds() -> None:
     """params.yaml is configs/params-tiers.yaml with `thrifty` among the teachers, four copies of each
-    repair question, a smaller cost weight and the larger rounds (192 tasks, flips only where the policy
-    is unsure, every task on a randomised or generated pool, a shared card taught as its lowest rank);
+    repair question, a smaller cost weight, the larger rounds (192 tasks, flips only where the policy
+    is unsure, every task on a randomised or generated pool, a shared card taught as its lowest rank,
+    16 probes a comparison) and a cost ceiling of 1.3 times the warm start's on validation;
     configs/params-smaller-rounds.yaml puts the rounds of before back, and
     configs/params-heuristic-start.yaml (the warm start as accurate as `heuristic`, numeric prices)
     builds on that, as does the tier config."""
     default, tiers = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-tiers.yaml")
     smaller = load_params(REPO / "configs/params-smaller-rounds.yaml")
     start = load_params(REPO / "configs/params-heuristic-start.yaml")
-    larger_rounds = {"tasks_per_round": 192, "flip_below": 0.99, "as_is_share": 0.0}
+    larger_rounds = {"tasks_per_round": 192, "flip_below": 0.99, "as_is_share": 0.0, "probes": 16}
     assert default.policy == tiers.policy.model_copy(update={"menu_rank": "lowest"}) == smaller.policy.model_copy(
         update={"menu_rank": "lowest"})
     assert (default.policy.prompt, tiers.policy.menu_rank) == ("per_part_tiers", "highest")
@@ -154,7 +155,8 @@ def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_larger_rounds(
     assert (default.warmstart.result_oversample, default.warmstart.epochs) == (4, tiers.warmstart.epochs) == (4, 4.5)
     assert default.warmstart.model_copy(update={"teachers": tiers.warmstart.teachers, "result_oversample": 1}) == tiers.warmstart
     assert default.rewards == tiers.rewards.model_copy(update={"w_cost": 0.12}) == smaller.rewards
-    assert default.train == tiers.train == smaller.train and default.engine == tiers.engine
+    assert default.train == tiers.train.model_copy(update={"hold_cost": 1.3}) and tiers.train == smaller.train
+    assert default.engine == tiers.engine
     assert default.evaluate == tiers.evaluate and default.prepare == tiers.prepare
     assert default.warmstart == smaller.warmstart and default.evaluate == smaller.evaluate
     assert dict(start.warmstart.teachers) == {"heuristic": 0.7, "explore": 0.3}  # the base's mix replaced, not merged
@@ -164,11 +166,23 @@ def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_larger_rounds(
 
 
 def test_the_larger_rounds_config_is_params_yaml_taught_the_highest_rank() -> None:
-    """configs/params-larger-rounds.yaml: params.yaml's rounds with the highest rank taught and w_cost 0.14."""
+    """configs/params-larger-rounds.yaml: params.yaml's rounds with the highest rank taught, w_cost 0.14,
+    eight probes and no cost ceiling (the values it was measured with)."""
     default, larger = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-larger-rounds.yaml")
     assert larger.policy == default.policy.model_copy(update={"menu_rank": "highest"})
     assert larger.rewards == default.rewards.model_copy(update={"w_cost": 0.14})
-    assert (larger.rollout, larger.warmstart, larger.train) == (default.rollout, default.warmstart, default.train)
+    assert larger.rollout == default.rollout.model_copy(update={"probes": 8}) and larger.warmstart == default.warmstart
+    assert larger.train == default.train.model_copy(update={"hold_cost": None})
+
+
+def test_the_eight_probes_config_is_params_yaml_without_its_probes_and_ceiling() -> None:
+    """configs/params-eight-probes.yaml: params.yaml with eight probes and no cost ceiling."""
+    default, eight = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-eight-probes.yaml")
+    assert (default.rollout.probes, default.train.hold_cost) == (16, 1.3)
+    assert eight.rollout == default.rollout.model_copy(update={"probes": 8})
+    assert eight.train == default.train.model_copy(update={"hold_cost": None})
+    assert (eight.policy, eight.warmstart, eight.rewards, eight.evaluate) == (
+        default.policy, default.warmstart, default.rewards, default.evaluate)
 
 
 def test_a_teacher_mix_replaces_its_bases_whole(tmp_path: Path) -> None:
