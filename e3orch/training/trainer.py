@@ -776,7 +776,8 @@ def train_rl(
 
     if cfg.holds and trainer.acc.distributed_type == DistributedType.FSDP:
         raise ValueError("train.hold_accuracy and hold_cost keep and restore each process's whole weights, which FSDP shards; "
-                         "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process")
+                         "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process, or set train.hold_cost "
+                         "and train.hold_accuracy to null (params.yaml's hold_cost is 1.3; configs/params-gpu.yaml has none)")
     if resume:
         trainer.resume()
 
