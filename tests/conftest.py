@@ -83,6 +83,32 @@ def same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def rule_backend(answer: Any) -> Any:
+    """A policy backend whose answer to each prompt is ``answer(prompt)``: a stand-in policy with a
+    known rule, for what surrounds a policy (orchestrators, scripts). ``calls`` records each
+    generate call's prompts."""
+    from e3orch.policy.backends.base import Generation, PolicyBackend
+
+    class RuleBackend(PolicyBackend):
+        name = "rule"
+
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def count_tokens(self, text: str) -> int:
+            return len(text.split())
+
+        def score(self, prompts, completions):  # type: ignore[no-untyped-def]
+            return [[0.0] for _ in prompts]
+
+        def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None,  # type: ignore[no-untyped-def]
+                     min_new_tokens=0, row_seeds=None):
+            self.calls.append(list(prompts))
+            return [[Generation(answer(p))] for p in prompts]
+
+    return RuleBackend()
+
+
 def optimizer_step(trainer: Any) -> None:
     """One real optimizer step of an RLTrainer (on the weights' squared sum): the weights move and
     the optimizer has moments."""

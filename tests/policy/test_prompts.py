@@ -177,30 +177,16 @@ def test_compact_prompts_mark_parts_the_engine_will_not_run_again() -> None:
 def test_the_policy_orchestrator_asks_every_slot_in_one_batch() -> None:
     import asyncio
 
-    from e3orch.policy.backends.base import Generation, PolicyBackend
+    from conftest import rule_backend
+
     from e3orch.policy.orchestrator import DecodeSettings, PolicyOrchestrator
 
-    class Echo(PolicyBackend):
-        """Answers a slot question with the rank of its first strong card; records each call's prompts."""
-
-        name = "echo"
-        calls: list[list[str]] = []
-
-        def count_tokens(self, text: str) -> int:
-            return len(text.split())
-
-        def score(self, prompts, completions):  # type: ignore[no-untyped-def]
-            return [[0.0] for _ in prompts]
-
-        def generate(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=None,  # type: ignore[no-untyped-def]
-                     min_new_tokens=0, row_seeds=None):
-            self.calls.append(list(prompts))
-            return [[Generation("S1 | #" + p.split(" strong")[0].rsplit("#", 1)[1].split()[0] + " | -")] for p in prompts]
-
-    orch = PolicyOrchestrator(Echo(), DecodeSettings(prompt_style="factored"))
+    # answers a slot question with the rank of its first strong card
+    echo = rule_backend(lambda p: "S1 | #" + p.split(" strong")[0].rsplit("#", 1)[1].split()[0] + " | -")
+    orch = PolicyOrchestrator(echo, DecodeSettings(prompt_style="factored"))
     obs = _obs(HISTORY, "Solve P2, P3")
     assert asyncio.run(orch.decide(obs, "plan")) == "S1 | #3 | -\nS2 | #3 | S1"
-    assert Echo.calls == [sub_prompts(obs, "plan")]
+    assert echo.calls == [sub_prompts(obs, "plan")]
 
 
 # -- per_part: the milestone asked one part at a time ----------------------------------------
