@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", default="3", help="the menu rank overridden (default 3)")
     ap.add_argument("--tier", default="premium", help="only where that rank has this price tier (default premium)")
     ap.add_argument("--to", default="2", help="the rank answered instead (default 2)")
-    ap.add_argument("--pools", default="generated", help=f"comma-separated pool kinds: {', '.join(POOL_KINDS)} (default generated)")
+    ap.add_argument("--pools", default="generated",
+                    help=f"comma-separated pool kinds: {', '.join(POOL_KINDS)} (default generated)")
     args = ap.parse_args(argv)
 
     from e3orch.config import FACTORED_STYLES, load_params
@@ -86,10 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"routing_counterfactual: policy.prompt {params.policy.prompt} asks a plan whole; "
               f"the override needs one of {', '.join(sorted(FACTORED_STYLES))}", file=sys.stderr)
         return 2
+    from e3orch.executors.base import SKILLS
+    from e3orch.orchestration.reading import DIFFICULTY_NAMES, MENU_NEEDS, PRICE_NAMES
+
     override = Override(args.skill, frozenset(d for d in args.difficulty.split(",") if d), args.rank.lstrip("#"),
                         args.tier, args.to.lstrip("#"))
+    ranks = [str(n) for n in MENU_NEEDS]
+    for flag, value, allowed in (("--skill", [override.skill], SKILLS),
+                                 ("--difficulty", sorted(override.difficulties), DIFFICULTY_NAMES),
+                                 ("--tier", [override.tier], PRICE_NAMES), ("--rank", [override.rank], ranks),
+                                 ("--to", [override.to], ranks)):
+        if not value or any(v not in allowed for v in value):
+            print(f"routing_counterfactual: {flag} {','.join(value)!r}: one of {', '.join(allowed)}", file=sys.stderr)
+            return 2
     print(f"{args.policy}: {override.skill} parts ({', '.join(sorted(override.difficulties))}) answered "
           f"#{override.rank} where it is {override.tier} -> #{override.to}")
+
     def make(cls: type) -> Any:
         return cls.from_checkpoint(args.policy, params=params)
 

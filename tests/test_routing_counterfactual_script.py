@@ -71,12 +71,18 @@ def test_only_the_tier_of_the_rank_the_policy_chose_is_overridden(tiny_tiers: Pa
     assert rows[tier]["overridden"][:2] != rows[tier]["as is"][:2]  # the search tool did the lookups
 
 
-def test_a_plan_asked_whole_or_an_unknown_pool_kind_is_a_one_line_error(
+def test_a_plan_asked_whole_an_unknown_pool_kind_or_a_misspelt_value_is_a_one_line_error(
         tiny_tiers: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     policy = tmp_path / "no-policy-needed"  # both are refused before any policy is loaded
     assert _script().main([str(policy), "--params", str(tiny_tiers), "--pools", "default,elsewhere"]) == 2
     assert capsys.readouterr().err.strip() == ("routing_counterfactual: --pools 'default,elsewhere': kinds are "
                                                "default, transfer, generated")
+    assert _script().main([str(policy), "--params", str(tiny_tiers), "--tier", "premum"]) == 2
+    assert capsys.readouterr().err.strip() == ("routing_counterfactual: --tier 'premum': one of "
+                                               "free, cheap, mid, pricey, premium")
+    assert _script().main([str(policy), "--params", str(tiny_tiers), "--difficulty", "hard,tricky"]) == 2
+    assert capsys.readouterr().err.strip() == ("routing_counterfactual: --difficulty 'hard,tricky': one of "
+                                               "easy, normal, hard")
     compact = write_tiny_params(tmp_path / "compact")  # the tiny config's own prompt: compact
     assert _script().main([str(policy), "--params", str(compact)]) == 2
     assert capsys.readouterr().err.strip().startswith("routing_counterfactual: policy.prompt compact asks a plan whole")
