@@ -26,7 +26,6 @@ from typing import Any
 
 SLOT_RE = re.compile(r"^### S\d+ P\d+ (\w+) (\w+): (.*)$", re.M)  # skill, difficulty, menu
 MENU_RE = re.compile(r"#(\d+) \w+ (\w+)")                           # rank, (level,) tier
-POOL_KINDS = ("default", "transfer", "generated")
 
 
 @dataclass(frozen=True)
@@ -51,18 +50,9 @@ class Override:
         return new if n else None
 
 
-def _pools(params: Any, kind: str) -> list[Any]:
-    from e3orch.commands.common import resolve_pool_path
-    from e3orch.executors.base import build_pool
-    from e3orch.executors.generated import generate_pool
-
-    ecfg = params.evaluate
-    if kind == "generated":
-        return [build_pool(generate_pool(ecfg.generated_seed + i)) for i in range(ecfg.generated_pools)]
-    return [build_pool(resolve_pool_path(ecfg.executors if kind == "default" else ecfg.transfer_executors))]
-
-
 def main(argv: list[str] | None = None) -> int:
+    from e3orch.evaluation.evaluate import POOL_KINDS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("policy", help="a policy checkpoint folder (models/policy)")
     ap.add_argument("--params", default="params.yaml")
@@ -116,23 +106,20 @@ def overridden_policy(override: Override) -> type:
     """A :class:`~e3orch.policy.orchestrator.PolicyOrchestrator` whose plan answers go through
     ``override`` (``changed`` counts the answers it replaced)."""
     from e3orch.policy.orchestrator import PolicyOrchestrator
-    from e3orch.policy.prompts import join_answers, sub_prompts
 
     class Overridden(PolicyOrchestrator):
         changed = 0
 
-        async def decide(self, obs: Any, kind: Any) -> str:
-            questions = sub_prompts(obs, kind, self.settings.prompt_style)
-            if kind != "plan" or questions is None:
-                return await super().decide(obs, kind)
-            gens = await asyncio.gather(*(self.batcher.generate(q, kind, row_seed=self._row_seed(obs.task_id))
-                                          for q in questions))
-            answers = []
-            for q, g in zip(questions, gens):
-                new = override.apply(q, g.text)
+        async def answer_questions(self, obs: Any, kind: Any, questions: list[str]) -> list[str]:
+            answers = await super().answer_questions(obs, kind, questions)
+            if kind != "plan":
+                return answers
+            out = []
+            for q, text in zip(questions, answers):
+                new = override.apply(q, text)
                 self.changed += new is not None
-                answers.append(g.text if new is None else new)
-            return join_answers(obs, answers, kind)
+                out.append(text if new is None else new)
+            return out
 
     return Overridden
 
@@ -142,12 +129,12 @@ async def compare(params: Any, make: Callable[[type], Any], kind: str,
     """``(name, accuracy, cost, IE, answers changed)`` as is and overridden on the pools of ``kind``;
     ``make(cls)`` builds the policy as an orchestrator of class ``cls``."""
     from e3orch.commands.common import sim_tasks
-    from e3orch.evaluation.evaluate import limit_per_benchmark, run_system, summarize
+    from e3orch.evaluation.evaluate import evaluation_pools, limit_per_benchmark, run_system, summarize
     from e3orch.policy.orchestrator import PolicyOrchestrator
 
     ecfg = params.evaluate
     tasks = limit_per_benchmark(sim_tasks(params, ecfg.split), ecfg.limit)
-    pools = _pools(params, kind)
+    pools = evaluation_pools(ecfg, [kind])[kind]
     rows = []
     try:
         for name, cls in (("as is", PolicyOrchestrator), ("overridden", overridden_policy(override))):

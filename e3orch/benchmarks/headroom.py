@@ -33,7 +33,13 @@ from typing import Any
 
 from e3orch.config import EngineConfig
 from e3orch.data.tasks import Task
-from e3orch.evaluation.evaluate import SystemMetrics, limit_per_benchmark, run_system, summarize
+from e3orch.evaluation.evaluate import (
+    SystemMetrics,
+    evaluation_pools,
+    limit_per_benchmark,
+    run_system,
+    summarize,
+)
 from e3orch.executors.base import SKILLS, Pool
 from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.handwritten import Router, RuleOrchestrator
@@ -178,10 +184,8 @@ def bench_headroom(params_path: str = "params.yaml", quick: bool = False, train_
     """Fit a table per λ on the train split (``train_per_domain`` tasks per domain) and the training
     pool (``evaluate.executors``); evaluate each, ``heuristic`` and ``thrifty`` on the eval split
     (``evaluate.limit`` per domain) on that pool, the transfer pool and the generated pools together."""
-    from e3orch.commands.common import resolve_pool_path, sim_tasks
+    from e3orch.commands.common import sim_tasks
     from e3orch.config import load_params
-    from e3orch.executors.base import build_pool
-    from e3orch.executors.generated import generate_pool
     from e3orch.progress import count_progress
 
     params = load_params(params_path)
@@ -193,12 +197,7 @@ def bench_headroom(params_path: str = "params.yaml", quick: bool = False, train_
     seed, cfg = ecfg.seed, params.engine
 
     async def go() -> dict[str, Any]:
-        pools: dict[str, list[Pool]] = {
-            "default": [build_pool(resolve_pool_path(ecfg.executors))],
-            "transfer": [build_pool(resolve_pool_path(ecfg.transfer_executors))],
-            "generated": [build_pool(generate_pool(ecfg.generated_seed + i)) for i in range(ecfg.generated_pools)],
-        }
-        pools = {k: v for k, v in pools.items() if v}
+        pools = {k: v for k, v in evaluation_pools(ecfg).items() if v}
 
         async def on_pools(table: RouteTable) -> dict[str, dict[str, float]]:
             out = {}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from e3orch.config import EngineConfig
+from e3orch.config import EngineConfig, EvaluateConfig
 from e3orch.data.sim import stable_seed
 from e3orch.data.tasks import Task
 from e3orch.executors.base import Pool
@@ -121,6 +121,25 @@ def metrics_table(results: dict[str, list[Episode]], redrawn: dict[str, int] | N
             per[bench][name] = {"accuracy": round(m.accuracy, 6), "cost": round(m.cost, 6),
                                 "makespan_s": round(m.makespan_s, 6), "ie": round(m.ie, 6), "n": m.n}
     return {"systems": systems, "per_benchmark": dict(per)}
+
+
+POOL_KINDS = ("default", "transfer", "generated")
+
+
+def evaluation_pools(ecfg: EvaluateConfig, kinds: Sequence[str] = POOL_KINDS) -> dict[str, list[Pool]]:
+    """The pools of each evaluation kind, built (the caller closes them): ``default``
+    (``evaluate.executors``), ``transfer`` (``evaluate.transfer_executors``) and ``generated`` (the
+    ``evaluate.generated_pools`` pools never seen in any form; none when that is 0)."""
+    from e3orch.commands.common import resolve_pool_path
+    from e3orch.executors.base import build_pool
+    from e3orch.executors.generated import generate_pool
+
+    def build(kind: str) -> list[Pool]:
+        if kind == "generated":
+            return [build_pool(generate_pool(ecfg.generated_seed + i)) for i in range(ecfg.generated_pools)]
+        return [build_pool(resolve_pool_path(ecfg.executors if kind == "default" else ecfg.transfer_executors))]
+
+    return {kind: build(kind) for kind in kinds}
 
 
 def limit_per_benchmark(tasks: Sequence[Task], limit: int) -> list[Task]:

@@ -171,12 +171,17 @@ class PolicyOrchestrator(Orchestrator):
         self._decisions[task_id] = n + 1
         return stable_seed(self.batcher.seed, task_id, n)
 
+    async def answer_questions(self, obs: Observation, kind: DecisionType, questions: list[str]) -> list[str]:
+        """The answers to a factored decision's questions (a plan's slots, or a per_part milestone's
+        parts), asked side by side, their sampling streams drawn in order."""
+        gens = await asyncio.gather(*(self.batcher.generate(q, kind, row_seed=self._row_seed(obs.task_id))
+                                      for q in questions))
+        return [g.text for g in gens]
+
     async def decide(self, obs: Observation, kind: DecisionType) -> str:
         questions = sub_prompts(obs, kind, self.settings.prompt_style)
-        if questions is not None:  # a plan's slots (or a per_part milestone's parts) side by side, streams drawn in order
-            gens = await asyncio.gather(*(self.batcher.generate(q, kind, row_seed=self._row_seed(obs.task_id))
-                                          for q in questions))
-            return join_answers(obs, [g.text for g in gens], kind)
+        if questions is not None:
+            return join_answers(obs, await self.answer_questions(obs, kind, questions), kind)
         prompt = self.prompt(obs, kind)
         gen = await self.batcher.generate(prompt, kind, row_seed=self._row_seed(obs.task_id))
         s = self.settings
