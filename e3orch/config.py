@@ -18,15 +18,16 @@ from e3orch.executors.base import ConfigError
 from e3orch.files import read_yaml
 
 # policy.prompt (policy/prompts.py renders them)
-PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_bands", "per_part_source",
-                      "per_part_menu", "full"]
-PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_bands", "per_part_source", "per_part_menu")  # styles that ask a milestone one part at a time
+PromptStyle = Literal["compact", "factored", "per_part", "per_part_tiers", "per_part_tier_answers", "per_part_bands",
+                      "per_part_source", "per_part_menu", "full"]
+PER_PART_STYLES = ("per_part", "per_part_tiers", "per_part_tier_answers", "per_part_bands", "per_part_source",
+                   "per_part_menu")  # styles that ask a milestone one part at a time
 FACTORED_STYLES = ("factored", *PER_PART_STYLES)  # styles that ask a plan one slot at a time
 
 DEFAULT_PARAMS = "params.yaml"
 
 # the hand-written orchestrators (e3orch/orchestration/handwritten.py) by the names params use
-HANDWRITTEN = ("heuristic", "thrifty", "upfront", "sequential", "random")
+HANDWRITTEN = ("heuristic", "thrifty", "tiered", "upfront", "sequential", "random")
 
 
 class _Section(BaseModel):
@@ -88,7 +89,7 @@ class EvaluateConfig(_Section):
     seed: int = 1234
     executors: str = "configs/executors/default.yaml"
     transfer_executors: str = "configs/executors/transfer.yaml"
-    baselines: tuple[str, ...] = ("heuristic", "thrifty", "upfront", "sequential", "random")
+    baselines: tuple[str, ...] = ("heuristic", "thrifty", "tiered", "upfront", "sequential", "random")
     single_executors: bool = Field(True, description="also evaluate single:<executor> for every pool member")
     generated_pools: int = Field(3, ge=0, description="generated pools never seen in any form (e3orch/executors/generated.py); 0 = none")
     generated_seed: int = Field(0, ge=0, description="pool i is generate_pool(generated_seed + i)")
@@ -137,7 +138,8 @@ class PolicyConfig(_Section):
         "per_part_tiers", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
         "factored: compact, with a plan asked one slot at a time; per_part: factored, with a milestone asked one "
         "part at a time (act on it: yes or no); per_part_tiers: per_part, with menu prices shown as tiers (free, "
-        "cheap, mid, pricey, premium); per_part_bands: per_part_tiers, with each confidence shown as its 0.05 band (0.62 "
+        "cheap, mid, pricey, premium); per_part_tier_answers: per_part_tiers, with each plan slot answered tier first "
+        "(S1 | mid #2 | -); per_part_bands: per_part_tiers, with each confidence shown as its 0.05 band (0.62 "
         "reads 0.60); per_part_source: per_part, with each result's line naming the stated level, at "
         "the part's skill, of the card that reported it; per_part_menu: per_part, with a question about a part that has a "
         "result also showing the part's menu (what a repair would cost); full: cards, task text and history (for pretrained LLMs)")
@@ -351,7 +353,7 @@ class WarmstartConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> WarmstartConfig:
-        known = {"heuristic", "thrifty", "explore", "sequential", "upfront", "random", "single"}
+        known = {*HANDWRITTEN, "explore", "single"}
         bad = set(self.teachers) - known
         if bad:
             raise ValueError(f"teachers: unknown teacher(s) {sorted(bad)}; known: {sorted(known)}")

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from e3orch.executors.base import load_pool_specs
     from e3orch.policy.backends.hf import load_tokenizer
     from e3orch.policy.model import create_default_policy
+    from e3orch.policy.prompts import TIER_ANSWER_STYLES, tier_answer
     from e3orch.training.data import encode_pair, merge_copies, prompt_ids
     from e3orch.training.sft import sft_train
     from e3orch.training.warmstart import teacher_demonstrations
@@ -83,11 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(str(init))
 
     def p3(question: str) -> float:
-        """P(#3) / (P(#2) + P(#3)) for the slot answer ``S1 | #k | -``."""
+        """P(#3) / (P(#2) + P(#3)) for the slot answer ``S1 | #k | -`` (``S1 | premium #3 | -`` when
+        ``policy.prompt`` answers tier first)."""
         p = prompt_ids(tok, question)
         probs = []
         for k in (2, 3):
-            c = tok(f"S1 | #{k} | -", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            answer = f"S1 | #{k} | -"
+            answer = tier_answer(question, answer) if params.policy.prompt in TIER_ANSWER_STYLES else answer
+            c = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
             logp = model(torch.tensor([p + c])).logits.log_softmax(-1)[0]
             probs.append(math.exp(sum(float(logp[len(p) + i - 1, t]) for i, t in enumerate(c))))
         return probs[1] / sum(probs)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from e3orch.orchestration.reading import PRICE_NAMES
+
 SLOT_RE = re.compile(r"^### S\d+ P\d+ (\w+) (\w+): (.*)$", re.M)  # skill, difficulty, menu
 MENU_RE = re.compile(r"#(\d+) \w+ (\w+)")                           # rank, (level,) tier
 
@@ -37,16 +39,19 @@ class Override:
     to: str
 
     def apply(self, question: str, answer: str) -> str | None:
-        """``answer`` with its rank ``#rank`` replaced by ``#to`` when ``question`` is a plan slot
-        this override covers (its skill and difficulty, ``#rank`` at the tier, ``#to`` on the
-        menu) and the answer chose ``#rank``; None when the answer stays as it is."""
+        """``answer`` with its rank ``#rank`` replaced by ``#to`` (and a tier written before it by
+        ``#to``'s) when ``question`` is a plan slot this override covers (its skill and difficulty,
+        ``#rank`` at the tier, ``#to`` on the menu) and the answer chose ``#rank``; None when the
+        answer stays as it is."""
         m = SLOT_RE.search(question)
         if not m or m.group(1) != self.skill or m.group(2) not in self.difficulties:
             return None
         tiers = dict(MENU_RE.findall(m.group(3)))
         if tiers.get(self.rank) != self.tier or self.to not in tiers:
             return None
-        new, n = re.subn(rf"#{self.rank}\b", f"#{self.to}", answer, count=1)
+        # a tier-first answer (per_part_tier_answers: premium #3) is rewritten with the new rank's tier
+        new, n = re.subn(rf"(?:\b({'|'.join(PRICE_NAMES)}) )?#{self.rank}\b",
+                         lambda m: f"{tiers[self.to]} #{self.to}" if m.group(1) else f"#{self.to}", answer, count=1)
         return new if n else None
 
 

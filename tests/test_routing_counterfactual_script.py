@@ -34,6 +34,10 @@ def test_the_override_changes_only_the_rank_it_names_where_the_menu_says_so() ->
     assert o.apply(QUESTION.format(tier="premium"), "S1 | #31 | -") is None      # a rank is a whole number
     wider = _script().Override("code", frozenset({"normal", "hard"}), "3", "premium", "1")
     assert wider.apply(QUESTION.format(tier="premium").replace("hard", "normal"), "S1 | #3 | -") == "S1 | #1 | -"
+    # an answer written tier first (policy.prompt: per_part_tier_answers) gets the new rank's tier
+    assert o.apply(QUESTION.format(tier="premium"), "S1 | premium #3 | -") == "S1 | mid #2 | -"
+    assert wider.apply(QUESTION.format(tier="premium"), "S1 | premium #3 | -") == "S1 | cheap #1 | -"
+    assert o.apply(QUESTION.format(tier="premium"), "S1 | mid #2 | -") is None
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", choices=("train", "eval", "val"), default="eval")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--orchestrator", default="heuristic",
-                   help="heuristic | thrifty | upfront | sequential | random | single:<executor> | policy checkpoint dir")
+                   help="heuristic | thrifty | tiered | upfront | sequential | random | single:<executor> | policy checkpoint dir")
     p.add_argument("--executors", default=None, help="executor pool YAML (default: evaluate.executors; live: configs/executors/live_cpu.yaml)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
 

@@ -15,7 +15,7 @@ from e3orch.files import write_text_atomic
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_params_arg(p)
     p.add_argument("--orchestrator", action="append", default=None,
-                   help="system to evaluate (repeatable): heuristic | thrifty | upfront | sequential | random | "
+                   help="system to evaluate (repeatable): heuristic | thrifty | tiered | upfront | sequential | random | "
                         "single:<executor> | all-single | policy checkpoint dir "
                         "(default: evaluate.baselines and every executor alone)")
     p.add_argument("--env", choices=("sim", "live"), default="sim")

@@ -14,6 +14,10 @@ the text protocol, so every decision goes through the same parser as a policy's.
   card that is good at its skill; a repair still goes to the strongest. Cheaper than ``heuristic``
   and, on the sim's pools, at least as efficient (docs/benchmarks.md): the cost-aware bar a
   learned policy must clear.
+* ``tiered`` — ``heuristic`` that weighs the menu's prices: a hard part's first attempt goes to the
+  strong card only when its price tier is at most one above the good card's (the good card
+  otherwise). On the sim's pools as accurate as ``heuristic`` and cheaper; on the generated pools
+  more efficient than ``thrifty`` (docs/benchmarks.md, "A rule that reads the prices").
 * ``upfront`` — one milestone with the whole plan (deps wired), no adaptation.
 * ``sequential`` — like ``heuristic`` but one subtask per milestone (no parallelism).
 * ``random`` — random grouping of ready parts and random executors; no repair.
@@ -71,6 +75,9 @@ class Router:
 
     def strongest(self, skill: str) -> str:
         return self.cards[strongest(self.cards, self._by_index, skill)].name
+
+    def card(self, name: str) -> ExecutorSpec:
+        return next(c for c in self.cards if c.name == name)
 
 
 class RuleOrchestrator(Orchestrator):
@@ -132,7 +139,11 @@ class RuleOrchestrator(Orchestrator):
     def route(self, router: Router, part: Part, attempts: int) -> str:
         if self.only:
             return self.only
-        return router.cheapest_at_least(part.skill, self.need_of(part, attempts))
+        return router.cheapest_at_least(part.skill, self.need_at(router, part, attempts))
+
+    def need_at(self, router: Router, part: Part, attempts: int) -> int:
+        """:meth:`need_of` on this pool's cards (a rule that weighs prices overrides it)."""
+        return self.need_of(part, attempts)
 
     def need_of(self, part: Part, attempts: int) -> int:
         """The need (one of ``MENU_NEEDS``: the level a menu rank asks for) a part's subtask is
@@ -151,7 +162,8 @@ class RuleOrchestrator(Orchestrator):
         if self.only or not parts:
             return {}
         status = part_status(obs.history, parts)
-        return {p.id: self.need_of(p, status[p.id].attempts) for p in parts}
+        router = Router(obs.cards)
+        return {p.id: self.need_at(router, p, status[p.id].attempts) for p in parts}
 
     def _freeform(self, obs: Observation, kind: DecisionType) -> str:
         """A task without numbered parts (live benchmarks): one subtask, answer with its output."""
@@ -220,6 +232,22 @@ class ThriftyOrchestrator(RuleOrchestrator):
         return 2
 
 
+class TieredOrchestrator(RuleOrchestrator):
+    """``heuristic`` that reads the menu's prices: a hard part's first attempt goes to the strong
+    card only when its price tier (free, cheap, mid, pricey, premium) is at most one above the
+    good card's, otherwise to the good card; a repair still goes to the strongest."""
+
+    max_tier_gap = 1
+
+    def need_at(self, router: Router, part: Part, attempts: int) -> int:
+        need = self.need_of(part, attempts)
+        if attempts == 0 and need == 3:
+            strong, good = (router.card(router.cheapest_at_least(part.skill, n)) for n in (3, 2))
+            if PRICE_NAMES.index(price_tier(strong)) - PRICE_NAMES.index(price_tier(good)) > self.max_tier_gap:
+                return 2
+        return need
+
+
 class UpfrontOrchestrator(RuleOrchestrator):
     """One milestone, the whole dependency-wired plan, then the answer."""
 
@@ -268,7 +296,7 @@ class RandomOrchestrator(RuleOrchestrator):
 def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,
                      explore_accept: tuple[float, float] | None = None,
                      explore_accept_free: tuple[float, float] | None = None) -> Orchestrator:
-    """``heuristic`` | ``thrifty`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``
+    """``heuristic`` | ``thrifty`` | ``tiered`` | ``upfront`` | ``sequential`` | ``random`` | ``single:<executor>``
     (and the warm-start teacher ``explore``, whose repair threshold ``explore_accept`` — and, for
     results a repair costs next to nothing for, ``explore_accept_free`` — may draw)."""
     if name.startswith("single:"):
@@ -276,7 +304,8 @@ def make_handwritten(name: str, pool_names: Sequence[str], seed: int = 0,
         if executor not in pool_names:
             raise ValueError(f"single:{executor}: no executor {executor!r} in the pool; known: {', '.join(pool_names)}")
         return RuleOrchestrator(name, only=executor)
-    classes = {"heuristic": RuleOrchestrator, "thrifty": ThriftyOrchestrator, "upfront": UpfrontOrchestrator,
+    classes = {"heuristic": RuleOrchestrator, "thrifty": ThriftyOrchestrator, "tiered": TieredOrchestrator,
+               "upfront": UpfrontOrchestrator,
                "sequential": SequentialOrchestrator, "random": RandomOrchestrator, "explore": ExploreOrchestrator}
     if name not in classes:
         raise ValueError(

@@ -228,7 +228,8 @@ def price_tier(spec: ExecutorSpec) -> str:
     return next(name for bound, name in PRICE_TIERS if price < bound)
 
 
-_MENU_REF_RE = re.compile(r"^#(\d{1,2})$")
+# ``#2``, or with its tier first (``mid #2``: policy.prompt per_part_tier_answers); the rank picks the card
+_MENU_REF_RE = re.compile(rf"^(?:(?:{'|'.join(PRICE_NAMES)}) )?#(\d{{1,2}})$")
 
 
 def plan_slots(parts: Sequence[Part], milestone: str | None) -> list[str]:

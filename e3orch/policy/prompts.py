@@ -39,6 +39,13 @@
   a small policy reads a price as a token, so what RL taught it for ``good 0.03 | strong 22`` did
   not carry over to ``good 0.06 | strong 27`` on the transfer pool; with tiers both read
   ``good free | strong premium`` (docs/benchmarks.md, "Prices as tiers").
+* ``per_part_tier_answers`` — ``per_part_tiers``, with each plan slot answered tier first: the
+  tier the menu shows for the chosen rank, then the rank (``S1 | premium #3 | -``; the rank picks
+  the card, :func:`tier_answer`). Why: answered ``#3``, the same token stands for a mid-priced
+  strong card on one pool and a premium one on another, and RL's comparisons of the two (in favour
+  of ``#3`` for hard code at ``mid``, against it at ``premium``) moved one token: the trained
+  policies sent every hard coding part to ``#3`` whatever it cost. Tier first, the first token
+  that differs between two answers names what they cost (docs/benchmarks.md, "Tier-first answers").
 * ``per_part_bands`` — ``per_part_tiers``, with each reported confidence floored to its 0.05 band
   (``0.62`` reads ``0.60``, ``0.67`` reads ``0.65``; :func:`confidence_band`). Why: each two-digit
   confidence is one token to the small policy, and RL's comparisons of repairing a result at
@@ -87,6 +94,7 @@ from e3orch.orchestration.reading import (
     LEVEL_NAMES,
     PART_RESULT_RE,
     PART_TAG_RE,
+    PRICE_NAMES,
     MenuRank,
     Part,
     PartStatus,
@@ -103,7 +111,8 @@ from e3orch.orchestration.reading import (
 from e3orch.orchestration.types import MilestoneRecord
 
 COMPACT_STYLES = ("compact", *FACTORED_STYLES)  # styles whose prompts are the compact digest
-TIER_STYLES = ("per_part_tiers", "per_part_bands")  # styles whose menus show price tiers instead of prices
+TIER_STYLES = ("per_part_tiers", "per_part_tier_answers", "per_part_bands")  # styles whose menus show price tiers instead of prices
+TIER_ANSWER_STYLES = ("per_part_tier_answers",)  # styles whose plan slots are answered tier first (S1 | mid #2 | -)
 BAND_STYLES = ("per_part_bands",)  # styles that show each confidence as its 0.05 band
 SOURCE_STYLES = ("per_part_source",)  # styles whose result lines name the reporting card's level
 MENU_STYLES = ("per_part_menu",)  # styles whose questions about a part with a result show its menu
@@ -447,12 +456,40 @@ def split_decision(obs: Observation, taught: str, kind: DecisionType = "plan") -
         fields = [f.strip() for f in line.split("|", 3)]
         if len(fields) != 3 or fields[0] != f"S{k + 1}":
             return None
-        out.append(f"S1 | {fields[1]} | -")
+        out.append(f"S1 | {_strip_tier(fields[1])} | -")
     return out
 
 
 _SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
 _ENTRY_RE = re.compile(r"#(\d{1,2}) ([^|]*?)\s*\|")  # a menu entry: rank, then the card as shown
+_RANK_RE = re.compile(rf"^(?:({'|'.join(PRICE_NAMES)}) )?#(\d{{1,2}})$")  # a slot answer's rank, its tier first or not
+
+
+def _strip_tier(executor: str) -> str:
+    """``mid #2`` → ``#2``; anything else as it is."""
+    m = _RANK_RE.match(executor)
+    return f"#{m.group(2)}" if m else executor
+
+
+def _entry_tier(what: str) -> str | None:
+    """The price tier a menu entry shows (``strong premium`` → ``premium``), None for a number."""
+    last = what.rsplit(" ", 1)[-1]
+    return last if last in PRICE_NAMES else None
+
+
+def tier_answer(question: str, answer: str) -> str:
+    """A plan slot's answer with the tier its rank has in the question's menu written first:
+    ``S1 | premium #3 | -`` for ``S1 | #3 | -`` where the menu reads ``#3 strong premium``
+    (``policy.prompt: per_part_tier_answers``); an answer already tiered, one naming no rank of a
+    tiered menu, or a question that is not a plan slot's stays as it is. The rank picks the card
+    (orchestration/reading.py: ``resolve_menu_ref``); a tier that contradicts it is ignored."""
+    m = _SLOT_MENU_RE.search(question)
+    first, fields = _first_line_fields(answer)
+    if m is None or len(fields) < 2 or not fields[1].startswith("#"):
+        return answer
+    tiers = {rank: _entry_tier(what) for rank, what in _ENTRY_RE.findall(m.group(1) + " |")}
+    tier = tiers.get(fields[1][1:])
+    return answer if tier is None else " | ".join([fields[0], f"{tier} {fields[1]}", *fields[2:]])
 _ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
 _RESULT_PART_RE = re.compile(r"^### part: P\d+ [^\n]* x\d+( spent)?$", re.M)
 
@@ -483,7 +520,7 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     that names it or with ``pick="lowest"`` the lowest (``policy.menu_rank``: as warm start
     teaches it; ``"need"`` offers the highest); ranks that name the answer's own card are left out
     (their runs would be the answer's) — in menu order (every card when the answer names no menu
-    rank); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
+    rank), each written tier first when the answer is (``S1 | mid #2 | -``); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
     answer is neither)."""
     if asks_to_act(question):
         said = _first_line_fields(answer)[0].strip().lower()
@@ -492,7 +529,13 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     entries = _ENTRY_RE.findall(m.group(1) + " |") if m else []
     card = {rank: what for rank, what in entries}  # rank → the card it names, as shown ("good 0.03")
     fields = _first_line_fields(answer)[1]
-    chosen = card.get(fields[1].lstrip("#")) if len(fields) > 1 and fields[1].startswith("#") else None
+    ref = _RANK_RE.match(fields[1]) if len(fields) > 1 else None
+    chosen = card.get(ref.group(2)) if ref else None
     kept = {what: rank for rank, what in (reversed(entries) if pick == "lowest" else entries)}  # later entries overwrite
     head = fields[0] if _SLOT_HEAD_RE.fullmatch(fields[0]) else "S1"  # a restated part stays (echo_part)
-    return [f"{head} | #{rank} | -" for rank, what in entries if what != chosen and kept[what] == rank]
+    tiered = bool(ref and ref.group(1))  # an answer written tier first (per_part_tier_answers) gets alternatives so written
+
+    def ref_of(rank: str, what: str) -> str:
+        tier = _entry_tier(what) if tiered else None
+        return f"{tier} #{rank}" if tier else f"#{rank}"
+    return [f"{head} | {ref_of(rank, what)} | -" for rank, what in entries if what != chosen and kept[what] == rank]

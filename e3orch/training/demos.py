@@ -31,10 +31,12 @@ from e3orch.policy.pools import training_pool
 from e3orch.policy.prompts import (
     COMPACT_STYLES,
     FACTORED_STYLES,
+    TIER_ANSWER_STYLES,
     PromptStyle,
     render_prompt,
     split_decision,
     sub_prompts,
+    tier_answer,
 )
 
 DEFAULT_TEACHERS: dict[str, float] = {"heuristic": 0.4, "explore": 0.3, "sequential": 0.1, "upfront": 0.1,
@@ -135,11 +137,13 @@ def _taught_pairs(kind: DecisionType, obs: Observation, taught: str, style: Prom
     answer the mix gives it, each weighing its share (together 1), instead of the teacher's own."""
     questions = sub_prompts(obs, kind, style)
     if questions is not None:
+        # per_part_tier_answers: a slot is taught its rank's tier first (S1 | premium #3 | -)
+        say = tier_answer if kind == "plan" and style in TIER_ANSWER_STYLES else (lambda q, a: a)
         shares = _slot_shares(obs, mixed, len(questions)) if kind == "plan" and mixed else None
         if shares is not None:
-            return [(q, a, w) for q, share in zip(questions, shares) for a, w in share.items()]
+            return [(q, say(q, a), w) for q, share in zip(questions, shares) for a, w in share.items()]
         answers = split_decision(obs, taught, kind)
-        return [(q, a, 1.0) for q, a in zip(questions, answers)] if answers is not None else []
+        return [(q, say(q, a), 1.0) for q, a in zip(questions, answers)] if answers is not None else []
     return [(render_prompt(obs, kind, style=style), taught, 1.0)]
 
 

@@ -192,6 +192,31 @@ def test_thrifty_tries_the_cheapest_good_card_first_and_repairs_with_the_stronge
     assert (r.cheapest_good_enough("retrieve", 2), r.cheapest_good_enough("retrieve", 0)) == ("frontier-llm", "web-search")
 
 
+def test_tiered_takes_the_strong_card_first_only_within_one_price_tier_of_the_good_one() -> None:
+    from e3orch.orchestration.handwritten import TieredOrchestrator
+    from e3orch.orchestration.reading import price_tier
+
+    specs = load_pool_specs(DEFAULT)
+    r, rule = Router(tuple(specs)), TieredOrchestrator("tiered")
+    tiers = {s.name: price_tier(s) for s in specs}
+    # the default pool's strong and good cards per skill, and their tiers
+    assert {k: (tiers[r.cheapest_at_least(k, 3)], tiers[r.cheapest_at_least(k, 2)]) for k in ("retrieve", "code", "reason")} == {
+        "retrieve": ("premium", "free"), "code": ("mid", "mid"), "reason": ("pricey", "mid")}
+
+    def part(skill: str, difficulty: int) -> Part:
+        return Part("P1", skill, difficulty, (), "")
+
+    # hard: code (mid over mid) and reasoning (pricey over mid) take the strong card, a lookup (premium
+    # over free) the good one; not hard: the good card; a repair: the strongest, whatever it costs
+    assert [rule.route(r, part(k, 2), 0) for k in ("code", "reason", "retrieve")] == ["code-llm", "reasoner", "web-search"]
+    assert [rule.route(r, part(k, 1), 0) for k in ("code", "reason", "retrieve")] == ["mid-llm", "mid-llm", "web-search"]
+    assert [rule.route(r, part(k, 2), 1) for k in ("code", "reason", "retrieve")] == ["code-llm", "reasoner", "frontier-llm"]
+    # a wider gap allowed: the lookup's strong card too, as heuristic does
+    wide = TieredOrchestrator("tiered")
+    wide.max_tier_gap = 4
+    assert wide.route(r, part("retrieve", 2), 0) == RuleOrchestrator("heuristic").route(r, part("retrieve", 2), 0) == "frontier-llm"
+
+
 class NeedsCheck(Orchestrator):
     """Runs a rule and records, for every subtask it plans, (part, attempts so far, the need
     ``needs`` gives its part, the executor it routed it to)."""
@@ -212,7 +237,7 @@ class NeedsCheck(Orchestrator):
         return text
 
 
-@pytest.mark.parametrize("name", ["heuristic", "thrifty", "explore", "sequential", "upfront"])
+@pytest.mark.parametrize("name", ["heuristic", "thrifty", "tiered", "explore", "sequential", "upfront"])
 def test_a_rules_needs_name_the_cards_it_routes_to(tasks: list[Task], pool: Pool, name: str) -> None:
     """policy.menu_rank: need teaches the rank ``needs`` gives: it must be the need the plan was routed by."""
     r = Router(tuple(pool.specs))
@@ -226,6 +251,8 @@ def test_a_rules_needs_name_the_cards_it_routes_to(tasks: list[Task], pool: Pool
             assert need == (3 if attempts or part.difficulty == 2 else 2)
         elif name == "thrifty":
             assert need == (3 if attempts else 2)
+        elif name == "tiered":  # on the default pool only a hard lookup's strong card (frontier, premium) is too dear
+            assert need == (3 if attempts or part.difficulty == 2 and part.skill != "retrieve" else 2)
     if name == "explore":  # every need drawn
         assert {need for _, _, need, _ in check.seen} == {1, 2, 3}
 

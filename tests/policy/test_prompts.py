@@ -16,6 +16,7 @@ from e3orch.policy.prompts import (
     slot_alternatives,
     split_decision,
     sub_prompts,
+    tier_answer,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,6 +90,41 @@ def test_per_part_tiers_shows_each_menu_entrys_price_tier() -> None:
     assert sub_prompts(_obs(HISTORY, None), "milestone", "per_part_tiers") == sub_prompts(_obs(HISTORY, None), "milestone", "per_part")
     tier_q = sub_prompts(obs, "plan", "per_part_tiers")[0]  # type: ignore[index]
     assert slot_alternatives(tier_q, "S1 | #1 | -") == ["S1 | #3 | -"]  # a level names one card, whatever its price shows
+
+
+def test_tier_answers_name_the_ranks_tier_first_and_the_rank_still_picks_the_card() -> None:
+    from e3orch.orchestration.protocol import parse_plan
+    from e3orch.orchestration.reading import part_menus
+
+    obs = _obs(HISTORY, "Solve P2, P3")
+    q2, q3 = sub_prompts(obs, "plan", "per_part_tier_answers") or []
+    assert (q2, q3) == tuple(sub_prompts(obs, "plan", "per_part_tiers") or [])  # the same questions
+    taught = [tier_answer(q, a) for q, a in zip((q2, q3), split_decision(obs, "S1 | #1 | -\nS2 | #3 | -") or [])]
+    assert taught == ["S1 | free #1 | -", "S1 | pricey #3 | -"]
+    assert [tier_answer(q, a) for q, a in zip((q2, q3), taught)] == taught  # already tiered: as it is
+    # split back (what DAgger compares) without the tier; put together, the plan names the tiers and
+    # resolves by rank: P2's #1 is web-search, P3's #3 the reasoner (pricey), as without them
+    assert split_decision(obs, join_answers(obs, taught)) == ["S1 | #1 | -", "S1 | #3 | -"]
+    names = [c.name for c in DEFAULT]
+    plan = parse_plan(join_answers(obs, taught), names, menus=part_menus(obs.question, DEFAULT), slots=["P2", "P3"])
+    untiered = parse_plan(join_answers(obs, ["S1 | #1 | -", "S1 | #3 | -"]), names,
+                          menus=part_menus(obs.question, DEFAULT), slots=["P2", "P3"])
+    assert [s.executor for s in plan.subtasks] == [s.executor for s in untiered.subtasks] == ["web-search", "reasoner"]
+    assert not plan.defects
+    # a tier that contradicts the menu is ignored (the rank picks); a tier name that is none is a defect
+    wrong = parse_plan("S1 | premium #1 | -", names, menus=part_menus(obs.question, DEFAULT), slots=["P2"])
+    assert [s.executor for s in wrong.subtasks] == ["web-search"]
+    bad = parse_plan("S1 | dear #1 | -", names, menus=part_menus(obs.question, DEFAULT), slots=["P2"])
+    assert [d.code for d in bad.defects] == ["unknown_executor", "unparseable"] and not bad.subtasks
+    # alternatives are written as the answer is: tier first for a tiered answer
+    assert slot_alternatives(q3, "S1 | pricey #3 | -") == ["S1 | mid #2 | -"]
+    assert slot_alternatives(q3, "S1 | pricey #3 | -", "lowest") == ["S1 | mid #1 | -"]
+    assert slot_alternatives(q3, "S1 | #3 | -") == ["S1 | #2 | -"]
+    # not a plan slot's rank answer, or a menu without tiers: as it is
+    assert tier_answer(q3, "MILESTONE: oops") == "MILESTONE: oops"
+    assert tier_answer(q3, "S1 | #7 | -") == "S1 | #7 | -"
+    numeric = sub_prompts(obs, "plan", "per_part")[1]  # type: ignore[index]
+    assert tier_answer(numeric, "S1 | #3 | -") == "S1 | #3 | -"
 
 
 def test_a_policy_is_prompted_in_the_style_it_was_made_with(tmp_path: Path) -> None:

@@ -140,6 +140,30 @@ def test_slot_echo_teaches_each_plan_slot_with_its_part_restated() -> None:
     assert all(taught_completion(d, echo) == d.completion for d in demos if d.kind == "milestone")
 
 
+def test_tier_answers_teach_each_plan_slot_its_ranks_tier_first() -> None:
+    from e3orch.training.demos import collect_demonstrations
+
+    tasks = [generate_task(0, d, i, "train") for d in ("research", "code", "math") for i in range(2)]
+    specs = load_pool_specs(REPO / "configs/executors/default.yaml")
+    mix = {"heuristic": 0.5, "thrifty": 0.5}
+    kw: dict[str, Any] = {"mix": mix, "randomize": True, "generated_share": 0.5}
+    tiered, _ = collect_demonstrations(tasks, specs, EngineConfig(), style="per_part_tier_answers", **kw)
+    plain, _ = collect_demonstrations(tasks, specs, EngineConfig(), style="per_part_tiers", **kw)
+    # the same episodes, questions and decisions; a plan slot's answer names its rank's tier first
+    assert [(d.kind, d.prompt) for d in tiered] == [(d.kind, d.prompt) for d in plain]
+    plans = 0
+    for t, p in zip(tiered, plain):
+        if t.kind != "plan":
+            assert t.completion == p.completion
+            continue
+        plans += 1
+        rank = re.fullmatch(r"S1 \| #(\d) \| -", p.completion).group(1)  # type: ignore[union-attr]
+        tier = re.search(rf"#{rank} \w+ (\w+)", t.prompt).group(1)  # type: ignore[union-attr]
+        assert t.completion == f"S1 | {tier} #{rank} | -"
+    assert plans > 10
+    assert {re.match(r"S1 \| (\w+)", d.completion).group(1) for d in tiered if d.kind == "plan"} >= {"mid", "premium"}  # type: ignore[union-attr]
+
+
 def test_factored_style_teaches_a_plan_slot_by_slot() -> None:
     from e3orch.policy.prompts import split_decision, sub_prompts
     from e3orch.training.demos import collect_demonstrations

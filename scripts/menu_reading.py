@@ -1,0 +1,95 @@
+"""What a policy's plan answer depends on: P(#1), P(#2), P(#3) for one plan slot under menus that
+differ in one place.
+
+    .venv/bin/python scripts/menu_reading.py models/policy models/warmstart
+    .venv/bin/python scripts/menu_reading.py runs/seed-1/models/policy --skill reason --difficulty normal
+
+For a first attempt at a --skill part of --difficulty, the policy (greedy evaluation's weights, the
+prompt style it was made with) is asked the plan slot question under each menu of MENUS:
+
+* ``A``: ``#1 good mid | #2 good mid | #3 strong premium`` — the first two ranks name one card (a
+  shared card is taught as ``#1``, ``policy.menu_rank: lowest``), the strong card is ``premium``
+  (a hard coding part's menu on the dearest generated evaluation pool);
+* ``B``: ``A`` with the strong card ``mid`` (the default pool's menu for code);
+* ``C``: ``B`` with the shared card ``cheap``;
+* ``D``: ``A`` with ``#1`` another, ``fair`` and ``cheap``, card (no shared card).
+
+It prints each answer's probability (the whole answer ``S1 | #k | -``, or ``S1 | premium #3 | -``
+for a policy answering tier first). A policy that reads a menu's prices answers ``A`` and ``B``
+differently; one that reads only whether a card is shared answers ``A`` and ``D`` differently
+(docs/benchmarks.md, "Does the policy read the price of #3?"). Probabilities of answers that are
+not of this form (other tiers, other fields) are left out, so a row may sum to less than 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+MENUS = {
+    "A": "#1 good mid | #2 good mid | #3 strong premium",
+    "B": "#1 good mid | #2 good mid | #3 strong mid",
+    "C": "#1 good cheap | #2 good cheap | #3 strong mid",
+    "D": "#1 fair cheap | #2 good mid | #3 strong premium",
+}
+SKILLS = ("retrieve", "compute", "code", "reason")
+DIFFICULTIES = ("easy", "normal", "hard")
+
+
+def question(skill: str, difficulty: str, menu: str) -> str:
+    """A first attempt's plan slot question (policy/prompts.py: ``sub_prompts``, tier menus)."""
+    return f"### S1 P1 {skill} {difficulty}: {menu}\n### decide: plan for Solve P1\n"
+
+
+def rank_probabilities(backend: object, style: str, q: str) -> list[float]:
+    """P(``S1 | #k | -``) for k = 1, 2, 3 given ``q`` (written tier first where ``style`` answers so)."""
+    from e3orch.policy.prompts import TIER_ANSWER_STYLES, tier_answer
+
+    answers = [f"S1 | #{k} | -" for k in (1, 2, 3)]
+    if style in TIER_ANSWER_STYLES:
+        answers = [tier_answer(q, a) for a in answers]
+    scores = backend.score([q] * len(answers), answers)  # type: ignore[attr-defined]
+    return [math.exp(sum(s)) for s in scores]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("policies", nargs="+", help="policy checkpoint folders (models/policy, models/warmstart)")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--skill", default="code", help=f"one of {', '.join(SKILLS)} (default code)")
+    ap.add_argument("--difficulty", default="hard", help=f"one of {', '.join(DIFFICULTIES)} (default hard)")
+    args = ap.parse_args(argv)
+    for flag, value, allowed in (("--skill", args.skill, SKILLS), ("--difficulty", args.difficulty, DIFFICULTIES)):
+        if value not in allowed:
+            print(f"menu_reading: {flag} {value!r}: one of {', '.join(allowed)}", file=sys.stderr)
+            return 2
+    missing = [p for p in args.policies if not (Path(p) / "config.json").is_file()]
+    if missing:
+        print(f"menu_reading: {missing[0]}: not a policy checkpoint (no config.json)", file=sys.stderr)
+        return 2
+
+    from e3orch.config import FACTORED_STYLES, load_params
+    from e3orch.policy.backends.base import backend_from_params
+    from e3orch.policy.prompts import policy_prompt_style
+
+    params = load_params(args.params)
+    print(f"P(#1) P(#2) P(#3), a {args.difficulty} {args.skill} part's first attempt; menus: "
+          + "; ".join(f"{k} {m}" for k, m in MENUS.items()))
+    for path in args.policies:
+        backend = backend_from_params(params.policy, path)
+        style = policy_prompt_style(backend, params.policy.prompt)
+        if style not in FACTORED_STYLES:
+            print(f"menu_reading: {path}: prompt style {style!r} asks a plan whole, not one slot at a time", file=sys.stderr)
+            return 2
+        cells = []
+        for name, menu in MENUS.items():
+            p = rank_probabilities(backend, style, question(args.skill, args.difficulty, menu))
+            cells.append(f"{name} " + " ".join(f"{x:.2f}" for x in p))
+        print(f"{path}: " + "   ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
