@@ -16,8 +16,9 @@ the text protocol, so every decision goes through the same parser as a policy's.
   learned policy must clear.
 * ``tiered`` — ``heuristic`` that weighs the menu's prices: a hard part's first attempt goes to the
   strong card only when its price tier is at most one above the good card's (the good card
-  otherwise). On the sim's pools as accurate as ``heuristic`` and cheaper; on the generated pools
-  more efficient than ``thrifty`` (docs/benchmarks.md, "A rule that reads the prices").
+  otherwise). Cheaper than ``heuristic``; on the transfer and generated pools the most efficient
+  rule, more accurate and cheaper than ``thrifty`` on the generated ones (docs/benchmarks.md, "A
+  rule that reads the prices").
 * ``upfront`` — one milestone with the whole plan (deps wired), no adaptation.
 * ``sequential`` — like ``heuristic`` but one subtask per milestone (no parallelism).
 * ``random`` — random grouping of ready parts and random executors; no repair.

@@ -484,12 +484,14 @@ def tier_answer(question: str, answer: str) -> str:
     tiered menu, or a question that is not a plan slot's stays as it is. The rank picks the card
     (orchestration/reading.py: ``resolve_menu_ref``); a tier that contradicts it is ignored."""
     m = _SLOT_MENU_RE.search(question)
-    first, fields = _first_line_fields(answer)
+    fields = _first_line_fields(answer)[1]
     if m is None or len(fields) < 2 or not fields[1].startswith("#"):
         return answer
     tiers = {rank: _entry_tier(what) for rank, what in _ENTRY_RE.findall(m.group(1) + " |")}
     tier = tiers.get(fields[1][1:])
     return answer if tier is None else " | ".join([fields[0], f"{tier} {fields[1]}", *fields[2:]])
+
+
 _ACT_RE = re.compile(r"^### decide: act on P\d+$", re.M)
 _RESULT_PART_RE = re.compile(r"^### part: P\d+ [^\n]* x\d+( spent)?$", re.M)
 
@@ -520,8 +522,8 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     that names it or with ``pick="lowest"`` the lowest (``policy.menu_rank``: as warm start
     teaches it; ``"need"`` offers the highest); ranks that name the answer's own card are left out
     (their runs would be the answer's) — in menu order (every card when the answer names no menu
-    rank), each written tier first when the answer is (``S1 | mid #2 | -``); for a ``per_part`` milestone question, the other of ``yes`` and ``no`` (both when the
-    answer is neither)."""
+    rank), each written tier first when the answer is (``S1 | mid #2 | -``); for a ``per_part``
+    milestone question, the other of ``yes`` and ``no`` (both when the answer is neither)."""
     if asks_to_act(question):
         said = _first_line_fields(answer)[0].strip().lower()
         return [w for w in ("yes", "no") if w != said]
@@ -538,4 +540,5 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     def ref_of(rank: str, what: str) -> str:
         tier = _entry_tier(what) if tiered else None
         return f"{tier} #{rank}" if tier else f"#{rank}"
+
     return [f"{head} | {ref_of(rank, what)} | -" for rank, what in entries if what != chosen and kept[what] == rank]
