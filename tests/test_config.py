@@ -135,6 +135,16 @@ def test_the_probes_configs_chain_onto_params_compact() -> None:
     assert phase2.evaluate == probes.evaluate == default.evaluate
 
 
+def test_the_tier_reading_config_changes_only_the_warm_starts_teachers_and_weights() -> None:
+    """configs/params-tier-reading.yaml: params.yaml with `tiered` in place of `heuristic` among the
+    teachers, soft labels and each plan question weighed twice; nothing else."""
+    default, tier_reading = load_params(REPO / "params.yaml"), load_params(REPO / "configs/params-tier-reading.yaml")
+    assert dict(tier_reading.warmstart.teachers) == {"tiered": 0.4, "explore": 0.3, "thrifty": 0.3}
+    assert tier_reading.warmstart == default.warmstart.model_copy(
+        update={"teachers": tier_reading.warmstart.teachers, "soft_labels": True, "plan_oversample": 2})
+    assert tier_reading.model_copy(update={"warmstart": default.warmstart}) == default
+
+
 def test_params_yaml_is_the_tier_config_with_its_own_teachers_and_larger_rounds() -> None:
     """params.yaml is configs/params-tiers.yaml with `thrifty` among the teachers, four copies of each
     repair question, a smaller cost weight, the larger rounds (192 tasks, flips only where the policy
