@@ -70,15 +70,16 @@ class Router:
         return self.cheapest_at_least(skill, 3 if difficulty >= 2 else 2)
 
     def cheapest_at_least(self, skill: str, level: int) -> str:
+        """The name of :meth:`cheapest_card_at_least`."""
+        return self.cheapest_card_at_least(skill, level).name
+
+    def cheapest_card_at_least(self, skill: str, level: int) -> ExecutorSpec:
         """The cheapest card whose stated ``skill`` level is at least ``level`` (the strongest if
         none is): what the menu rank of that need (``#1`` fair … ``#3`` strong) names."""
-        return self.cards[cheapest_at_least(self.cards, self._by_index, skill, level)].name
+        return self.cards[cheapest_at_least(self.cards, self._by_index, skill, level)]
 
     def strongest(self, skill: str) -> str:
         return self.cards[strongest(self.cards, self._by_index, skill)].name
-
-    def card(self, name: str) -> ExecutorSpec:
-        return next(c for c in self.cards if c.name == name)
 
 
 class RuleOrchestrator(Orchestrator):
@@ -243,7 +244,7 @@ class TieredOrchestrator(RuleOrchestrator):
     def need_at(self, router: Router, part: Part, attempts: int) -> int:
         need = self.need_of(part, attempts)
         if attempts == 0 and need == 3:
-            strong, good = (router.card(router.cheapest_at_least(part.skill, n)) for n in (3, 2))
+            strong, good = (router.cheapest_card_at_least(part.skill, n) for n in (3, 2))
             if PRICE_NAMES.index(price_tier(strong)) - PRICE_NAMES.index(price_tier(good)) > self.max_tier_gap:
                 return 2
         return need

@@ -228,8 +228,9 @@ def price_tier(spec: ExecutorSpec) -> str:
     return next(name for bound, name in PRICE_TIERS if price < bound)
 
 
-# ``#2``, or with its tier first (``mid #2``: policy.prompt per_part_tier_answers); the rank picks the card
-_MENU_REF_RE = re.compile(rf"^(?:(?:{'|'.join(PRICE_NAMES)}) )?#(\d{{1,2}})$")
+# ``#2``, or with its tier first (``mid #2``: policy.prompt per_part_tier_answers); groups: the tier
+# (None without one) and the rank, which picks the card
+MENU_REF_RE = re.compile(rf"^(?:({'|'.join(PRICE_NAMES)}) )?#(\d{{1,2}})$")
 
 
 def plan_slots(parts: Sequence[Part], milestone: str | None) -> list[str]:
@@ -288,11 +289,11 @@ def _menu_of(instruction: str, menus: dict[str, list[int]]) -> list[int] | None:
 
 def resolve_menu_ref(executor: str, instruction: str, menus: dict[str, list[int]], names: Sequence[str]) -> str | None:
     """``#k`` → the name of the k-th executor in the menu of the first part the instruction names."""
-    m = _MENU_REF_RE.match(executor.strip())
+    m = MENU_REF_RE.match(executor.strip())
     menu = _menu_of(instruction, menus)
     if not m or menu is None:
         return None
-    k = int(m.group(1))
+    k = int(m.group(2))
     return names[menu[k - 1]] if 1 <= k <= len(menu) else None
 
 

@@ -92,6 +92,7 @@ from e3orch.orchestration.protocol import parse_milestone, render_answer, render
 from e3orch.orchestration.reading import (
     DIFFICULTY_NAMES,
     LEVEL_NAMES,
+    MENU_REF_RE,
     PART_RESULT_RE,
     PART_TAG_RE,
     PRICE_NAMES,
@@ -462,12 +463,18 @@ def split_decision(obs: Observation, taught: str, kind: DecisionType = "plan") -
 
 _SLOT_MENU_RE = re.compile(r"^### S1 [^:\n]*: (.*)$", re.M)
 _ENTRY_RE = re.compile(r"#(\d{1,2}) ([^|]*?)\s*\|")  # a menu entry: rank, then the card as shown
-_RANK_RE = re.compile(rf"^(?:({'|'.join(PRICE_NAMES)}) )?#(\d{{1,2}})$")  # a slot answer's rank, its tier first or not
+
+
+def _slot_menu(question: str) -> list[tuple[str, str]] | None:
+    """A plan slot question's menu entries, (rank, the card as shown: ``strong premium``), in menu
+    order; None for a question that is not a plan slot's."""
+    m = _SLOT_MENU_RE.search(question)
+    return _ENTRY_RE.findall(m.group(1) + " |") if m else None
 
 
 def _strip_tier(executor: str) -> str:
     """``mid #2`` → ``#2``; anything else as it is."""
-    m = _RANK_RE.match(executor)
+    m = MENU_REF_RE.match(executor)
     return f"#{m.group(2)}" if m else executor
 
 
@@ -483,12 +490,11 @@ def tier_answer(question: str, answer: str) -> str:
     (``policy.prompt: per_part_tier_answers``); an answer already tiered, one naming no rank of a
     tiered menu, or a question that is not a plan slot's stays as it is. The rank picks the card
     (orchestration/reading.py: ``resolve_menu_ref``); a tier that contradicts it is ignored."""
-    m = _SLOT_MENU_RE.search(question)
+    entries = _slot_menu(question)
     fields = _first_line_fields(answer)[1]
-    if m is None or len(fields) < 2 or not fields[1].startswith("#"):
+    if entries is None or len(fields) < 2 or not fields[1].startswith("#"):
         return answer
-    tiers = {rank: _entry_tier(what) for rank, what in _ENTRY_RE.findall(m.group(1) + " |")}
-    tier = tiers.get(fields[1][1:])
+    tier = {rank: _entry_tier(what) for rank, what in entries}.get(fields[1][1:])
     return answer if tier is None else " | ".join([fields[0], f"{tier} {fields[1]}", *fields[2:]])
 
 
@@ -527,11 +533,10 @@ def slot_alternatives(question: str, answer: str, pick: MenuRank = "highest") ->
     if asks_to_act(question):
         said = _first_line_fields(answer)[0].strip().lower()
         return [w for w in ("yes", "no") if w != said]
-    m = _SLOT_MENU_RE.search(question)
-    entries = _ENTRY_RE.findall(m.group(1) + " |") if m else []
+    entries = _slot_menu(question) or []
     card = {rank: what for rank, what in entries}  # rank → the card it names, as shown ("good 0.03")
     fields = _first_line_fields(answer)[1]
-    ref = _RANK_RE.match(fields[1]) if len(fields) > 1 else None
+    ref = MENU_REF_RE.match(fields[1]) if len(fields) > 1 else None
     chosen = card.get(ref.group(2)) if ref else None
     kept = {what: rank for rank, what in (reversed(entries) if pick == "lowest" else entries)}  # later entries overwrite
     head = fields[0] if _SLOT_HEAD_RE.fullmatch(fields[0]) else "S1"  # a restated part stays (echo_part)
