@@ -12,13 +12,19 @@ prompt style it was made with) is asked the plan slot question under each menu o
   (a hard coding part's menu on the dearest generated evaluation pool);
 * ``B``: ``A`` with the strong card ``mid`` (the default pool's menu for code);
 * ``C``: ``B`` with the shared card ``cheap``;
-* ``D``: ``A`` with ``#1`` another, ``fair`` and ``cheap``, card (no shared card).
+* ``D``: ``A`` with ``#1`` another, ``fair`` and ``cheap``, card (no shared card);
+* ``E``: ``D`` with the strong card ``pricey`` (the transfer pool's menu for reason:
+  ``nimbus-mini``, ``quanta-math``, ``sage-reasoner``);
+* ``F``: ``A`` with the strong card ``pricey`` (the default pool's menu for reason: ``mid-llm``
+  twice, ``reasoner``).
 
 It prints each answer's probability (the whole answer ``S1 | #k | -``, or ``S1 | premium #3 | -``
 for a policy answering tier first). A policy that reads a menu's prices answers ``A`` and ``B``
-differently; one that reads only whether a card is shared answers ``A`` and ``D`` differently
-(docs/benchmarks.md, "Does the policy read the price of #3?"). Probabilities of answers that are
-not of this form (other tiers, other fields) are left out, so a row may sum to less than 1.
+differently; one that reads only whether a card is shared answers ``A`` and ``D`` differently; one
+that tells ``pricey`` from ``premium`` answers ``D`` and ``E`` differently; ``E`` against ``F`` is the
+transfer pool's reasoning menu against the default pool's (docs/benchmarks.md,
+"Does the policy read the price of #3?"). Probabilities of answers that are not of this form
+(other tiers, other fields) are left out, so a row may sum to less than 1.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ MENUS = {
     "B": "#1 good mid | #2 good mid | #3 strong mid",
     "C": "#1 good cheap | #2 good cheap | #3 strong mid",
     "D": "#1 fair cheap | #2 good mid | #3 strong premium",
+    "E": "#1 fair cheap | #2 good mid | #3 strong pricey",
+    "F": "#1 good mid | #2 good mid | #3 strong pricey",
 }
 SKILLS = ("retrieve", "compute", "code", "reason")
 DIFFICULTIES = ("easy", "normal", "hard")

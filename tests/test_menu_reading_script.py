@@ -60,7 +60,7 @@ def test_it_prints_one_row_per_policy_in_its_own_style(policies: dict[str, tuple
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("P(#1) P(#2) P(#3), a hard reason part's first attempt; menus: A #1 good mid")
     for line, path in zip(out[1:], (plain, tiered)):
-        m = re.fullmatch(rf"{re.escape(str(path))}: A (.+)   B (.+)   C (.+)   D (.+)", line)
+        m = re.fullmatch(rf"{re.escape(str(path))}: A (.+)   B (.+)   C (.+)   D (.+)   E (.+)   F (.+)", line)
         assert m, line
         assert all(0.0 <= float(p) <= 1.0 for cell in m.groups() for p in cell.split())
     assert len(out) == 3
