@@ -25,6 +25,7 @@ class Example:
     weight: float = 1.0               # per-example loss weight (e.g. 1/decisions of its rollout)
     group: str = ""                   # rollout/tree id (for per-rollout averaging)
     pg_from: int = 0                  # completion tokens before this one get no policy gradient (train.pg_tokens)
+    ref_logprobs: list[float] = field(default_factory=list)  # under the frozen reference (filled by the update)
 
 
 def encode_pair(tokenizer: Any, prompt: str, completion: str, max_len: int) -> Example | None:
@@ -99,8 +100,9 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     """Left-padded ``input_ids``/``attention_mask``/``position_ids`` [B, T] plus the completion frame.
 
     Left padding makes every sequence end at column T-1, so the completions all sit in the last
-    ``K`` = longest-completion columns. ``completion_mask`` and ``old_logprobs`` are [B, K]
-    in that frame, and the model only has to compute logits for those columns.
+    ``K`` = longest-completion columns. ``completion_mask``, ``old_logprobs`` and
+    ``ref_logprobs`` are [B, K] in that frame, and the model only has to compute logits for those
+    columns.
     """
     width = max(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
     k = max(len(e.completion_ids) for e in batch)
@@ -109,6 +111,7 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     cmask = torch.zeros((len(batch), k), dtype=torch.float32)
     pgmask = torch.zeros((len(batch), k), dtype=torch.float32)
     old = torch.zeros((len(batch), k), dtype=torch.float32)
+    ref = torch.zeros((len(batch), k), dtype=torch.float32)
     for b, e in enumerate(batch):
         seq = e.prompt_ids + e.completion_ids
         ids[b, width - len(seq):] = torch.tensor(seq)
@@ -116,9 +119,10 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
         c = len(e.completion_ids)
         cmask[b, k - c:] = 1.0
         pgmask[b, k - c + min(e.pg_from, c):] = 1.0
-        if e.old_logprobs:
-            lp = e.old_logprobs[:c]
-            old[b, k - len(lp):] = torch.tensor(lp)
+        for frame, lps in ((old, e.old_logprobs), (ref, e.ref_logprobs)):
+            if lps:
+                lp = lps[:c]
+                frame[b, k - len(lp):] = torch.tensor(lp)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     return {
         "input_ids": ids,
@@ -127,6 +131,7 @@ def collate(batch: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
         "completion_mask": cmask,
         "pg_mask": pgmask,  # the completion tokens from each example's pg_from on
         "old_logprobs": old,
+        "ref_logprobs": ref,
         "advantage": torch.tensor([e.advantage for e in batch], dtype=torch.float32),
         "weight": torch.tensor([e.weight for e in batch], dtype=torch.float32),
     }

@@ -472,29 +472,47 @@ class RLTrainer:
         mode = self.cfg.old_logprobs
         return mode == "recompute" or (mode == "auto" and self.params.policy.backend == "vllm")
 
+    def _logprobs(self, model: Any, examples: list[Example], *, align: bool) -> list[list[float]]:
+        """Each example's completion log-probs under ``model`` (no gradient), batched by length.
+        ``align``: every process runs as many forward passes (the trained model under FSDP gathers
+        its shards in each); the frozen reference is not wrapped and needs no alignment."""
+        pad = self.tokenizer.pad_token_id
+        copies = [replace(e) for e in examples]  # distinct objects even where ``examples`` repeats one
+        index = {id(c): i for i, c in enumerate(copies)}
+        chunks = make_batches(copies, self.cfg.tokens_per_microbatch, random.Random(0))
+        n = len(chunks)
+        if align and self.acc.num_processes > 1:
+            n = int(self.acc.reduce(torch.tensor([n], device=self.acc.device), reduction="max")[0])
+        chunks += [[Example([pad], [pad], 0.0, [0.0], 0.0)] for _ in range(n - len(chunks))]
+        out: list[list[float]] = [[] for _ in examples]
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for chunk in chunks:
+                lp = completion_logprobs(model, {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()})
+                for row, e in zip(lp.float().cpu(), chunk):
+                    if id(e) in index:
+                        out[index[id(e)]] = row[row.shape[0] - len(e.completion_ids):].tolist()
+        model.train(was_training)
+        return out
+
     def recompute_old_logprobs(self, examples: list[Example]) -> None:
         """Replace each example's recorded log-probs by the current weights' (no gradient), so
         every ratio starts at exactly 1 whatever engine generated the completions. Every process
         runs as many forward passes (FSDP gathers its shards in each)."""
-        pad = self.tokenizer.pad_token_id
-        chunks = make_batches(examples, self.cfg.tokens_per_microbatch, random.Random(0))
-        n = len(chunks)
-        if self.acc.num_processes > 1:
-            n = int(self.acc.reduce(torch.tensor([n], device=self.acc.device), reduction="max")[0])
-        chunks += [[Example([pad], [pad], 0.0, [0.0], 0.0)] for _ in range(n - len(chunks))]
-        self.model.eval()
-        with torch.no_grad():
-            for chunk in chunks:
-                lp = completion_logprobs(self.model, {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()})
-                for row, e in zip(lp.float().cpu(), chunk):
-                    e.old_logprobs = row[row.shape[0] - len(e.completion_ids):].tolist()
+        for e, lp in zip(examples, self._logprobs(self.model, examples, align=True)):
+            e.old_logprobs = lp
 
     def update(self, examples: list[Example]) -> dict[str, float]:
         """``ppo_epochs`` passes; each pass = ``minibatches`` optimizer steps (same count on every
         process). A step's examples are cut into micro-batches of at most
         ``train.tokens_per_microbatch`` padded tokens whose gradients accumulate, so memory stays
-        bounded however many decisions a round produced."""
+        bounded however many decisions a round produced. The frozen reference's log-probs (the KL
+        term) are computed once, before the first pass, not once a pass; ``examples`` are left as
+        they are."""
         cfg = self.cfg
+        if self.ref is not None:
+            examples = [replace(e, ref_logprobs=lp) for e, lp in zip(examples, self._logprobs(self.ref, examples, align=False))]
         rng = random.Random(self.cfg.seed * 1000 + self.round)
         stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "micro": 0.0,
                  "skipped_steps": 0.0}
@@ -524,10 +542,7 @@ class RLTrainer:
                             new_lp, entropy = completion_logprobs(self.model, batch, with_entropy=True)
                         else:
                             new_lp = completion_logprobs(self.model, batch)
-                        ref_lp = None
-                        if self.ref is not None:
-                            with torch.no_grad():
-                                ref_lp = completion_logprobs(self.ref, batch)
+                        ref_lp = batch["ref_logprobs"] if self.ref is not None else None
                         parts = clipped_pg_loss(
                             new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],
                             batch["weight"], clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,

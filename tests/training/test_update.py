@@ -50,11 +50,48 @@ def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_r
     monkeypatch.setattr(trainer_module, "collate", spy)
     trainer.update(examples)
     assert [e.weight for e in examples] == [1.0, 1 / 3, 1 / 3, 1 / 3]  # the caller's examples are untouched
-    assert len(seen) == 3 * 2
+    # one batch of every decision for the frozen reference's log-probs first, then the steps
+    assert len(seen) == 1 + 3 * 2 and sorted(seen[0]) == ["a5", "b6", "b7", "b8"]
     own = {"a5": 1.0, "b6": 1 / 3, "b7": 1 / 3, "b8": 1 / 3}
-    for step in seen:
+    for step in seen[1:]:
         total = sum(own[k] for k in step)
         assert step == pytest.approx({k: own[k] / total for k in step})  # proportional, summing to 1
+
+
+def test_the_references_log_probs_are_computed_once_and_are_its_own(tiny_init_root: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three passes of two steps use the frozen reference's log-probs of one forward pass before
+    the first, each step's batch carrying exactly the reference's log-probs of its decisions."""
+    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.5, lr=1e-2)
+    examples = _examples(trainer)
+    assert trainer.ref is not None
+    with torch.no_grad():  # the policy away from its reference, so the KL term has work to do
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    pad = trainer.tokenizer.pad_token_id
+    with torch.no_grad():
+        own = {e.prompt_ids[1]: completion_logprobs(trainer.ref, collate([e], pad))[0, -len(e.completion_ids):]
+               for e in examples}
+    ref_calls: list[int] = []
+    steps: list[dict[int, list[float]]] = []
+
+    def counting(model: Any, batch: dict[str, torch.Tensor], **kw: Any) -> Any:
+        if model is trainer.ref:
+            ref_calls.append(batch["input_ids"].shape[0])
+        elif torch.is_grad_enabled():  # a step: its batch's reference frame, decision by decision
+            k = batch["completion_mask"].shape[1]
+            steps.append({int(row[-k - 2]): batch["ref_logprobs"][i].tolist()
+                          for i, row in enumerate(batch["input_ids"])})
+        return completion_logprobs(model, batch, **kw)
+
+    monkeypatch.setattr(trainer_module, "completion_logprobs", counting)
+    trainer.update(examples)
+    assert ref_calls == [4]  # one forward pass of the four decisions, not one a step
+    assert len(steps) == 3 * 2
+    for step in steps:
+        for key, lp in step.items():
+            assert lp == pytest.approx(own[key].tolist(), abs=1e-5)  # padded in one batch there, alone here
+    assert all(not e.ref_logprobs for e in examples)  # the caller's examples are left as they are
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
