@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from e3orch.orchestration.reading import PRICE_NAMES
+from e3orch.orchestration.reading import MENU_REF_RE
+from e3orch.policy.prompts import slot_menu_tiers, tier_answer
 
-SLOT_RE = re.compile(r"^### S\d+ P\d+ (\w+) (\w+): (.*)$", re.M)  # skill, difficulty, menu
-MENU_RE = re.compile(r"#(\d+) \w+ (\w+)")                           # rank, (level,) tier
+SLOT_RE = re.compile(r"^### S\d+ P\d+ (\w+) (\w+):", re.M)  # the slot's part: skill, difficulty
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,19 @@ class Override:
         m = SLOT_RE.search(question)
         if not m or m.group(1) != self.skill or m.group(2) not in self.difficulties:
             return None
-        tiers = dict(MENU_RE.findall(m.group(3)))
+        tiers = slot_menu_tiers(question) or {}
         if tiers.get(self.rank) != self.tier or self.to not in tiers:
             return None
-        # a tier-first answer (per_part_tier_answers: premium #3) is rewritten with the new rank's tier
-        new, n = re.subn(rf"(?:\b({'|'.join(PRICE_NAMES)}) )?#{self.rank}\b",
-                         lambda m: f"{tiers[self.to]} #{self.to}" if m.group(1) else f"#{self.to}", answer, count=1)
-        return new if n else None
+        first, _, rest = answer.partition("\n")
+        fields = first.split(" | ")
+        for i, field in enumerate(fields):
+            ref = MENU_REF_RE.match(field.strip())
+            if ref and ref.group(2) == self.rank:
+                fields[i] = f"#{self.to}"
+                new = " | ".join(fields) + (f"\n{rest}" if rest else "")
+                # a tier-first answer (per_part_tier_answers: premium #3) gets the new rank's tier
+                return tier_answer(question, new) if ref.group(1) else new
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

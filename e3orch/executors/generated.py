@@ -17,7 +17,7 @@ What this module deliberately does not do: copy or perturb a known pool.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from e3orch.executors.base import SKILLS, ExecutorSpec
 
@@ -112,7 +112,3 @@ def generate_pool(seed: int) -> list[ExecutorSpec]:
     random stream and with names from another syllable set, so no member of an evaluation pool
     ever appears in training."""
     return sample_pool(random.Random(f"generated-pool:{seed}"))
-
-
-def generated_pools(seeds: Sequence[int]) -> list[list[ExecutorSpec]]:
-    return [generate_pool(s) for s in seeds]

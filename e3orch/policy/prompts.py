@@ -484,17 +484,25 @@ def _entry_tier(what: str) -> str | None:
     return last if last in PRICE_NAMES else None
 
 
+def slot_menu_tiers(question: str) -> dict[str, str | None] | None:
+    """A plan slot question's menu as rank → the price tier that rank shows (``{"3": "premium"}``
+    for ``#3 strong premium``; None where the menu shows a price as a number); None for a question
+    that is not a plan slot's."""
+    entries = _slot_menu(question)
+    return None if entries is None else {rank: _entry_tier(what) for rank, what in entries}
+
+
 def tier_answer(question: str, answer: str) -> str:
     """A plan slot's answer with the tier its rank has in the question's menu written first:
     ``S1 | premium #3 | -`` for ``S1 | #3 | -`` where the menu reads ``#3 strong premium``
     (``policy.prompt: per_part_tier_answers``); an answer already tiered, one naming no rank of a
     tiered menu, or a question that is not a plan slot's stays as it is. The rank picks the card
     (orchestration/reading.py: ``resolve_menu_ref``); a tier that contradicts it is ignored."""
-    entries = _slot_menu(question)
+    tiers = slot_menu_tiers(question)
     fields = _first_line_fields(answer)[1]
-    if entries is None or len(fields) < 2 or not fields[1].startswith("#"):
+    if tiers is None or len(fields) < 2 or not fields[1].startswith("#"):
         return answer
-    tier = {rank: _entry_tier(what) for rank, what in entries}.get(fields[1][1:])
+    tier = tiers.get(fields[1][1:])
     return answer if tier is None else " | ".join([fields[0], f"{tier} {fields[1]}", *fields[2:]])
 
 
