@@ -7,7 +7,9 @@
   ``reference_tokens_per_s``: the minimal clipped-PG loop below — policy forward, frozen
   reference forward, backward, AdamW — on the same model weights and the same batch, measured
   in the same run, one step of each in turn. ``update_over_reference`` is the ratio of their
-  median step times (15 steps each).
+  median step times (15 steps each). The batch is a round's first 32 decisions, siblings side by
+  side, so some share a prompt (``batch_distinct_prompts``), which the trainer computes once and
+  the minimal loop once per decision.
 * ``long_completion_tokens_per_s``: the setting of TRL's GRPO benchmark — one step of 32 sampled
   completions of 256 tokens each (EOS suppressed) behind real rollout prompts, generated and
   then trained on with one update; completion tokens ÷ (generate + update) seconds.
@@ -148,6 +150,7 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         "long_generate_s": round(long_gen_s, 3),
         "long_update_s": round(long_upd_s, 3),
         "batch_sequences": len(examples),
+        "batch_distinct_prompts": len({tuple(e.prompt_ids) for e in examples}),
         "batch_tokens": int(n_tokens),
         "policy": source,
         "torch_threads": torch.get_num_threads(),

@@ -38,7 +38,14 @@ from e3orch.policy.backends.base import prompt_ids
 from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame, spine_nodes
 from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
-from e3orch.training.data import Example, collate, completion_logprobs, make_batches
+from e3orch.training.data import (
+    Example,
+    collate,
+    completion_logprobs,
+    make_batches,
+    prefix_cache_kwarg,
+    shared_prefix_logprobs,
+)
 from e3orch.training.optim import finite_step
 from e3orch.training.rl import clipped_pg_loss, without_stop_token
 
@@ -263,10 +270,24 @@ def examples_from_scored(scored: pl.DataFrame, tokenizer: Any, max_len: int, *,
     return out
 
 
-def _split(examples: list[Example], parts: int, rng: random.Random) -> list[list[Example]]:
-    order = examples[:]
-    rng.shuffle(order)
-    return [order[i::parts] for i in range(parts)]
+def _split(examples: list[Example], parts: int, rng: random.Random, by_question: bool = False) -> list[list[Example]]:
+    """``parts`` minibatches of about equal size, in random order (``train.minibatch_by``): each
+    decision drawn on its own, or (``by_question``) each prompt's examples in one, so the answers a
+    branch point's siblings gave one question are compared within one optimizer step (as merged
+    copies are) and their shared prompt can be computed once there."""
+    if not by_question:
+        order = examples[:]
+        rng.shuffle(order)
+        return [order[i::parts] for i in range(parts)]
+    groups: dict[tuple[int, ...], list[Example]] = {}
+    for e in examples:
+        groups.setdefault(tuple(e.prompt_ids), []).append(e)
+    shuffled = list(groups.values())
+    rng.shuffle(shuffled)
+    out: list[list[Example]] = [[] for _ in range(parts)]
+    for group in shuffled:  # each to the smallest minibatch so far (the first of equals)
+        min(out, key=len).extend(group)
+    return out
 
 
 class RLTrainer:
@@ -296,6 +317,12 @@ class RLTrainer:
         opt = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         self.model, self.opt, self.sched = self.acc.prepare(model, opt, sched)
+        # train.minibatch_by question, one process: decisions that share a prompt compute it once
+        # (training/data.py); several (DDP, FSDP): one forward per micro-batch, as the wrappers'
+        # gradient hooks expect. With decision a step's decisions rarely share a prompt.
+        by_question = self.cfg.minibatch_by == "question"
+        self._prefix_kw = prefix_cache_kwarg(model) if by_question and self.acc.num_processes == 1 else None
+        self._ref_prefix_kw = prefix_cache_kwarg(self.ref) if by_question and self.ref is not None else None
         self.backend = self._make_backend()
         self.round = 0
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
@@ -479,7 +506,8 @@ class RLTrainer:
         pad = self.tokenizer.pad_token_id
         copies = [replace(e) for e in examples]  # distinct objects even where ``examples`` repeats one
         index = {id(c): i for i, c in enumerate(copies)}
-        chunks = make_batches(copies, self.cfg.tokens_per_microbatch, random.Random(0))
+        kw = self._prefix_kw if model is self.model else self._ref_prefix_kw if model is self.ref else None
+        chunks = make_batches(copies, self.cfg.tokens_per_microbatch, random.Random(0), group_prompts=kw is not None)
         n = len(chunks)
         if align and self.acc.num_processes > 1:
             n = int(self.acc.reduce(torch.tensor([n], device=self.acc.device), reduction="max")[0])
@@ -489,12 +517,23 @@ class RLTrainer:
         model.eval()
         with torch.no_grad():
             for chunk in chunks:
-                lp = completion_logprobs(model, {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()})
+                lp = self._completion_logprobs(model, kw, chunk)
                 for row, e in zip(lp.float().cpu(), chunk):
                     if id(e) in index:
                         out[index[id(e)]] = row[row.shape[0] - len(e.completion_ids):].tolist()
         model.train(was_training)
         return out
+
+    def _completion_logprobs(self, model: Any, prefix_kw: str | None, chunk: list[Example],
+                             batch: dict[str, torch.Tensor] | None = None, with_entropy: bool = False) -> Any:
+        """:func:`completion_logprobs` of ``chunk`` (collated: ``batch``), each distinct prompt
+        computed once where ``prefix_kw`` (the model's cache keyword) allows it."""
+        if prefix_kw is not None:
+            return shared_prefix_logprobs(model, chunk, self.tokenizer.pad_token_id, self.acc.device, prefix_kw,
+                                          with_entropy=with_entropy)
+        if batch is None:
+            batch = {k: v.to(self.acc.device) for k, v in collate(chunk, self.tokenizer.pad_token_id).items()}
+        return completion_logprobs(model, batch, with_entropy=with_entropy)
 
     def recompute_old_logprobs(self, examples: list[Example]) -> None:
         """Replace each example's recorded log-probs by the current weights' (no gradient), so
@@ -519,7 +558,7 @@ class RLTrainer:
         pad = self.tokenizer.pad_token_id
         self.model.train()
         for _ in range(cfg.ppo_epochs):
-            for mb in _split(examples, cfg.minibatches, rng):
+            for mb in _split(examples, cfg.minibatches, rng, by_question=cfg.minibatch_by == "question"):
                 if not mb:  # keep collective calls aligned across processes: a zero-weight dummy step
                     mb = [Example([pad], [pad], 0.0, [0.0], 0.0)]
                 # weights of one optimizer step sum to 1 over every process (DDP averages the gradients,
@@ -531,7 +570,7 @@ class RLTrainer:
                     total_w = float(self.acc.reduce(torch.tensor([total_w], device=self.acc.device), reduction="sum")[0])
                     total_w /= self.acc.num_processes
                 mb = [replace(e, weight=e.weight / (total_w or 1.0)) for e in mb]
-                micro = make_batches(mb, cfg.tokens_per_microbatch, rng)
+                micro = make_batches(mb, cfg.tokens_per_microbatch, rng, group_prompts=self._prefix_kw is not None)
                 for i, chunk in enumerate(micro):
                     batch = {k: v.to(self.acc.device) for k, v in collate(chunk, pad).items()}
                     last = i == len(micro) - 1
@@ -539,9 +578,10 @@ class RLTrainer:
                     with ctx:
                         entropy = None
                         if cfg.entropy_coef > 0:
-                            new_lp, entropy = completion_logprobs(self.model, batch, with_entropy=True)
+                            new_lp, entropy = self._completion_logprobs(self.model, self._prefix_kw, chunk, batch,
+                                                                        with_entropy=True)
                         else:
-                            new_lp = completion_logprobs(self.model, batch)
+                            new_lp = self._completion_logprobs(self.model, self._prefix_kw, chunk, batch)
                         ref_lp = batch["ref_logprobs"] if self.ref is not None else None
                         parts = clipped_pg_loss(
                             new_lp, batch["old_logprobs"], ref_lp, batch["advantage"], batch["completion_mask"],

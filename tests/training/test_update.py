@@ -37,32 +37,35 @@ def _examples(trainer: RLTrainer) -> list[Example]:
     return out
 
 
-def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_root: Path,
+@pytest.mark.parametrize("split", ["decision", "question"])
+def test_every_epochs_steps_weigh_decisions_as_their_own_weights_say(tiny_init_root: Path, split: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.02)
+    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.02, minibatch_by=split)
+    assert (trainer._prefix_kw is not None) is (split == "question")  # one process: prompts shared by question
     examples = _examples(trainer)
     seen: list[dict[str, float]] = []  # each optimizer step's (here: one micro-batch's) weights by decision
 
     def spy(chunk: list[Example], pad: int) -> dict[str, torch.Tensor]:
-        seen.append({f"{e.group}{e.prompt_ids[1]}": e.weight for e in chunk})
+        if torch.is_grad_enabled():  # a step's batch, not the reference's log-probs before them
+            seen.append({f"{e.group}{e.prompt_ids[1]}": e.weight for e in chunk})
         return collate(chunk, pad)
 
     monkeypatch.setattr(trainer_module, "collate", spy)
     trainer.update(examples)
     assert [e.weight for e in examples] == [1.0, 1 / 3, 1 / 3, 1 / 3]  # the caller's examples are untouched
-    # one batch of every decision for the frozen reference's log-probs first, then the steps
-    assert len(seen) == 1 + 3 * 2 and sorted(seen[0]) == ["a5", "b6", "b7", "b8"]
+    assert len(seen) == 3 * 2
     own = {"a5": 1.0, "b6": 1 / 3, "b7": 1 / 3, "b8": 1 / 3}
-    for step in seen[1:]:
+    for step in seen:
         total = sum(own[k] for k in step)
         assert step == pytest.approx({k: own[k] / total for k in step})  # proportional, summing to 1
 
 
-def test_the_references_log_probs_are_computed_once_and_are_its_own(tiny_init_root: Path,
+@pytest.mark.parametrize("split", ["decision", "question"])
+def test_the_references_log_probs_are_computed_once_and_are_its_own(tiny_init_root: Path, split: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Three passes of two steps use the frozen reference's log-probs of one forward pass before
     the first, each step's batch carrying exactly the reference's log-probs of its decisions."""
-    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.5, lr=1e-2)
+    trainer = _trainer(tiny_init_root, ppo_epochs=3, minibatches=2, kl_coef=0.5, lr=1e-2, minibatch_by=split)
     examples = _examples(trainer)
     assert trainer.ref is not None
     with torch.no_grad():  # the policy away from its reference, so the KL term has work to do
@@ -75,16 +78,22 @@ def test_the_references_log_probs_are_computed_once_and_are_its_own(tiny_init_ro
     ref_calls: list[int] = []
     steps: list[dict[int, list[float]]] = []
 
-    def counting(model: Any, batch: dict[str, torch.Tensor], **kw: Any) -> Any:
-        if model is trainer.ref:
-            ref_calls.append(batch["input_ids"].shape[0])
-        elif torch.is_grad_enabled():  # a step: its batch's reference frame, decision by decision
-            k = batch["completion_mask"].shape[1]
-            steps.append({int(row[-k - 2]): batch["ref_logprobs"][i].tolist()
-                          for i, row in enumerate(batch["input_ids"])})
-        return completion_logprobs(model, batch, **kw)
+    def counting(fn: Any) -> Any:
+        def forward(model: Any, batch: Any, *args: Any, **kw: Any) -> Any:
+            if model is trainer.ref:
+                ref_calls.append(len(batch) if isinstance(batch, list) else batch["input_ids"].shape[0])
+            return fn(model, batch, *args, **kw)
+        return forward
 
-    monkeypatch.setattr(trainer_module, "completion_logprobs", counting)
+    def spy(chunk: list[Example], pad: int) -> dict[str, torch.Tensor]:  # a step's batch: its reference frame
+        batch = collate(chunk, pad)
+        if torch.is_grad_enabled():
+            steps.append({e.prompt_ids[1]: batch["ref_logprobs"][i].tolist() for i, e in enumerate(chunk)})
+        return batch
+
+    for name in ("completion_logprobs", "shared_prefix_logprobs"):
+        monkeypatch.setattr(trainer_module, name, counting(getattr(trainer_module, name)))
+    monkeypatch.setattr(trainer_module, "collate", spy)
     trainer.update(examples)
     assert ref_calls == [4]  # one forward pass of the four decisions, not one a step
     assert len(steps) == 3 * 2

@@ -73,6 +73,17 @@ _PREFILL_TOKENS = 8192
 _PREFILL_PADDING = 0.125
 
 
+def left_padded(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to the longest: ``input_ids`` and ``attention_mask``, [B, T]."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, width - len(s):] = torch.tensor(list(s))
+        mask[r, width - len(s):] = 1
+    return ids, mask
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -531,12 +542,7 @@ class TransformersBackend(PolicyBackend):
         """``model.generate`` on one left-padded mini-batch (attention implementations the own
         loop does not build masks for)."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for r, s in enumerate(seqs):
-            input_ids[r, width - len(s):] = torch.tensor(s)
-            mask[r, width - len(s):] = 1
+        input_ids, mask = left_padded(seqs, pad)
         gen_kwargs: dict[str, Any] = dict(
             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, pad_token_id=pad, eos_token_id=eos,
             output_logits=True, return_dict_in_generate=True, use_cache=True,
@@ -550,7 +556,7 @@ class TransformersBackend(PolicyBackend):
         res = self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **gen_kwargs
         )
-        new = res.sequences[:, width:].cpu()
+        new = res.sequences[:, input_ids.shape[1]:].cpu()
         logits = torch.stack(res.logits, dim=1).float().cpu()  # [B, T, V]
         return new, torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
 
