@@ -162,20 +162,12 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], with_entropy
 
 
 def prefix_cache_kwarg(model: Any) -> str | None:
-    """The keyword a causal LM's forward takes a KV cache by (``cache`` in transformers 5,
-    ``past_key_values`` before), or None when ``model`` cannot run :func:`shared_prefix_logprobs`:
-    attention other than sdpa or eager (a padded 2-D mask over cache and new tokens), or sliding
-    windows."""
-    import inspect
+    """The keyword a causal LM's forward takes a KV cache by, or None when ``model`` cannot run
+    :func:`shared_prefix_logprobs`: attention other than sdpa or eager (a padded 2-D mask over
+    cache and new tokens), or sliding windows (the checks of the backend's own decode loop)."""
+    from e3orch.policy.backends.hf import cache_kwarg, full_attention_model
 
-    cfg = getattr(model, "config", None)
-    text = cfg.get_text_config() if cfg is not None and hasattr(cfg, "get_text_config") else cfg
-    if (getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager")
-            or any(t != "full_attention" for t in (getattr(text, "layer_types", None) or ["full_attention"]))
-            or getattr(text, "use_sliding_window", False)):
-        return None
-    params = inspect.signature(model.forward).parameters
-    return next((k for k in ("cache", "past_key_values") if k in params), None)
+    return cache_kwarg(model) if full_attention_model(model) else None
 
 
 def shared_prefix_logprobs(model: Any, batch: Sequence[Example], pad_id: int, device: Any, cache_kw: str,

@@ -499,15 +499,15 @@ class RLTrainer:
         mode = self.cfg.old_logprobs
         return mode == "recompute" or (mode == "auto" and self.params.policy.backend == "vllm")
 
-    def _logprobs(self, model: Any, examples: list[Example], *, align: bool) -> list[list[float]]:
-        """Each example's completion log-probs under ``model`` (no gradient), batched by length.
-        ``align``: every process runs as many forward passes (the trained model under FSDP gathers
-        its shards in each); the frozen reference is not wrapped and needs no alignment."""
+    def _logprobs(self, model: Any, prefix_kw: str | None, examples: list[Example], *, align: bool) -> list[list[float]]:
+        """Each example's completion log-probs under ``model`` (no gradient), batched by length
+        (by prompt where ``prefix_kw`` shares prompts). ``align``: every process runs as many
+        forward passes (the trained model under FSDP gathers its shards in each); the frozen
+        reference is not wrapped and needs no alignment."""
         pad = self.tokenizer.pad_token_id
         copies = [replace(e) for e in examples]  # distinct objects even where ``examples`` repeats one
         index = {id(c): i for i, c in enumerate(copies)}
-        kw = self._prefix_kw if model is self.model else self._ref_prefix_kw if model is self.ref else None
-        chunks = make_batches(copies, self.cfg.tokens_per_microbatch, random.Random(0), group_prompts=kw is not None)
+        chunks = make_batches(copies, self.cfg.tokens_per_microbatch, random.Random(0), group_prompts=prefix_kw is not None)
         n = len(chunks)
         if align and self.acc.num_processes > 1:
             n = int(self.acc.reduce(torch.tensor([n], device=self.acc.device), reduction="max")[0])
@@ -517,7 +517,7 @@ class RLTrainer:
         model.eval()
         with torch.no_grad():
             for chunk in chunks:
-                lp = self._completion_logprobs(model, kw, chunk)
+                lp = self._completion_logprobs(model, prefix_kw, chunk)
                 for row, e in zip(lp.float().cpu(), chunk):
                     if id(e) in index:
                         out[index[id(e)]] = row[row.shape[0] - len(e.completion_ids):].tolist()
@@ -539,7 +539,7 @@ class RLTrainer:
         """Replace each example's recorded log-probs by the current weights' (no gradient), so
         every ratio starts at exactly 1 whatever engine generated the completions. Every process
         runs as many forward passes (FSDP gathers its shards in each)."""
-        for e, lp in zip(examples, self._logprobs(self.model, examples, align=True)):
+        for e, lp in zip(examples, self._logprobs(self.model, self._prefix_kw, examples, align=True)):
             e.old_logprobs = lp
 
     def update(self, examples: list[Example]) -> dict[str, float]:
@@ -551,7 +551,7 @@ class RLTrainer:
         they are."""
         cfg = self.cfg
         if self.ref is not None:
-            examples = [replace(e, ref_logprobs=lp) for e, lp in zip(examples, self._logprobs(self.ref, examples, align=False))]
+            examples = [replace(e, ref_logprobs=lp) for e, lp in zip(examples, self._logprobs(self.ref, self._ref_prefix_kw, examples, align=False))]
         rng = random.Random(self.cfg.seed * 1000 + self.round)
         stats = {"kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "pg_loss": 0.0, "tokens": 0.0, "micro": 0.0,
                  "skipped_steps": 0.0}

@@ -73,6 +73,27 @@ _PREFILL_TOKENS = 8192
 _PREFILL_PADDING = 0.125
 
 
+def cache_kwarg(model: Any) -> str | None:
+    """The keyword ``model``'s forward takes a KV cache by: transformers renamed
+    ``past_key_values`` to ``cache`` (5.x); None: neither."""
+    params = inspect.signature(model.forward).parameters
+    return next((k for k in ("cache", "past_key_values") if k in params), None)
+
+
+def full_attention_model(model: Any) -> bool:
+    """Whether ``model`` attends with sdpa or eager attention (which take the masks built here: 4-D
+    for the own decode loop, a padded 2-D one over cache and new tokens for training's shared
+    prompts) and full attention in every layer (no sliding windows)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return False
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    layer_types = getattr(text, "layer_types", None) or ["full_attention"]
+    return (getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager")
+            and all(t == "full_attention" for t in layer_types)
+            and not getattr(text, "use_sliding_window", False))
+
+
 def left_padded(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token rows left-padded to the longest: ``input_ids`` and ``attention_mask``, [B, T]."""
     width = max(len(s) for s in seqs)
@@ -251,9 +272,7 @@ class TransformersBackend(PolicyBackend):
         # chat formatting is only for using an instruct model as-is.
         self.chat = chat_template and bool(getattr(self.tokenizer, "chat_template", None))
         self._lock = threading.Lock()  # one generate at a time per model
-        # transformers renamed forward's ``past_key_values`` to ``cache`` (5.x); None: neither
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_kw = next((k for k in ("cache", "past_key_values") if k in params), None)
+        self._cache_kw = cache_kwarg(self.model)
 
     # -- helpers -----------------------------------------------------------------------------
     def format(self, prompt: str) -> str:
@@ -343,13 +362,7 @@ class TransformersBackend(PolicyBackend):
         """The own prefill/decode loop builds 4-D masks (sdpa or eager attention) and assumes full
         attention in every layer; other models (flash attention, sliding windows) use
         ``model.generate``."""
-        cfg = self.model.config
-        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        layer_types = getattr(text, "layer_types", None) or ["full_attention"]
-        return (getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager")
-                and all(t == "full_attention" for t in layer_types)
-                and not getattr(text, "use_sliding_window", False)
-                and self._cache_kw is not None)
+        return full_attention_model(self.model) and self._cache_kw is not None
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor | None, mask: torch.Tensor | None,
                  layers: list[_KVLayer], logits_to_keep: int | torch.Tensor = 1) -> torch.Tensor:
