@@ -53,13 +53,27 @@ def part_attempts(history: Iterable[MilestoneRecord]) -> dict[str, int]:
     What the compact prompt shows as ``x3`` and what ``engine.max_part_attempts`` limits."""
     attempts: dict[str, int] = {}
     for rec in history:
-        by_id = {s.id: s for s in rec.plan.subtasks}
-        for r in rec.results:
-            sub = by_id.get(r.id)
-            if sub is not None:
-                for tag in named_parts(sub.instruction):
-                    attempts[tag] = attempts.get(tag, 0) + 1
+        for tag in _record_reading(rec)[0]:
+            attempts[tag] = attempts.get(tag, 0) + 1
     return attempts
+
+
+# per result of a record, in order: the parts its subtask named, and the values it reported
+# (part, value, confidence, executor); what part_attempts and part_status read off a record
+RecordReading = tuple[tuple[str, ...], tuple[tuple[str, str, float, str], ...]]
+
+
+def _record_reading(rec: MilestoneRecord) -> RecordReading:
+    """What :func:`part_attempts` and :func:`part_status` read off one record, read once: a record
+    is not changed once its episode appends it, and every later decision of the episode (and of
+    every path forked from it) reads it again."""
+    if rec.reading is None:
+        by_id = {s.id: s for s in rec.plan.subtasks}
+        tags = tuple(tag for r in rec.results if r.id in by_id for tag in named_parts(by_id[r.id].instruction))
+        reports = tuple((m.group(1), m.group(2), float(m.group(3)) if m.group(3) else 0.5, r.executor)
+                        for r in rec.results if r.ok for m in PART_RESULT_RE.finditer(r.output))
+        rec.reading = (tags, reports)
+    return rec.reading
 
 
 @dataclass
@@ -77,13 +91,10 @@ def part_status(history: Sequence[MilestoneRecord], parts: Iterable[Part]) -> di
     attempts = part_attempts(history)
     status = {p.id: PartStatus(attempts=attempts.get(p.id, 0), skill=p.skill) for p in parts}
     for rec in history:
-        for r in rec.results:
-            for m in PART_RESULT_RE.finditer(r.output if r.ok else ""):
-                if m.group(1) in status:
-                    st = status[m.group(1)]
-                    st.value = m.group(2)
-                    st.confidence = float(m.group(3)) if m.group(3) else 0.5
-                    st.executor = r.executor
+        for part, value, confidence, executor in _record_reading(rec)[1]:
+            if part in status:
+                st = status[part]
+                st.value, st.confidence, st.executor = value, confidence, executor
     return status
 
 
@@ -257,28 +268,42 @@ MENU_NEEDS = (1, 2, 3)  # the level each menu rank asks for: fair, good, strong
 def cheapest_at_least(cards: Sequence[ExecutorSpec], levels: Sequence[dict[str, int]], skill: str, need: int) -> int:
     """Index of the cheapest card whose stated ``skill`` level is at least ``need``; when none is,
     the strongest card at the skill (cheapest among equals)."""
-    ok = [i for i in range(len(cards)) if levels[i][skill] >= need]
-    if ok:
-        return min(ok, key=lambda i: (price_of(cards[i]), i))
-    return strongest(cards, levels, skill)
+    return _cheapest_at_least([price_of(c) for c in cards], levels, skill, need)
 
 
 def strongest(cards: Sequence[ExecutorSpec], levels: Sequence[dict[str, int]], skill: str) -> int:
     """Index of the card that states the highest level at ``skill`` (the cheapest among equals)."""
-    return min(range(len(cards)), key=lambda i: (-levels[i][skill], price_of(cards[i]), i))
+    return _strongest([price_of(c) for c in cards], levels, skill)
 
 
-def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec],
-              levels: Sequence[dict[str, int]] | None = None) -> dict[str, list[int]]:
-    """:func:`part_menus` for parts already parsed (and, optionally, the cards' levels already read)."""
+def _cheapest_at_least(prices: Sequence[float], levels: Sequence[dict[str, int]], skill: str, need: int) -> int:
+    ok = [i for i in range(len(prices)) if levels[i][skill] >= need]
+    if ok:
+        return min(ok, key=lambda i: (prices[i], i))
+    return _strongest(prices, levels, skill)
+
+
+def _strongest(prices: Sequence[float], levels: Sequence[dict[str, int]], skill: str) -> int:
+    return min(range(len(prices)), key=lambda i: (-levels[i][skill], prices[i], i))
+
+
+def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec]) -> dict[str, list[int]]:
+    """:func:`part_menus` for parts already parsed."""
     if not parts:
         return {}
-    levels = levels if levels is not None else [card_levels(c) for c in cards]
-    out: dict[str, list[int]] = {}
-    for p in parts:
-        capable = any(lv[p.skill] >= 1 for lv in levels)
-        out[p.id] = [cheapest_at_least(cards, levels, p.skill, n) for n in MENU_NEEDS] if capable else []
-    return out
+    by_skill = _skill_menus(tuple((c.description, price_of(c)) for c in cards))
+    return {p.id: list(by_skill[p.skill]) for p in parts}
+
+
+@functools.lru_cache(maxsize=4096)
+def _skill_menus(cards: tuple[tuple[str, float], ...]) -> dict[str, tuple[int, ...]]:
+    """Skill → menu (indices of the cheapest card at least fair, good, strong at it; empty when no
+    card is capable) of the cards given as (description, price): a part's menu depends on its
+    skill and the cards alone, and a pool's menus are read at every decision of every episode."""
+    levels = [dict(_description_levels(description)) for description, _ in cards]
+    prices = [price for _, price in cards]
+    return {skill: tuple(_cheapest_at_least(prices, levels, skill, n) for n in MENU_NEEDS)
+            if any(lv[skill] >= 1 for lv in levels) else () for skill in SKILLS}
 
 
 def _menu_of(instruction: str, menus: dict[str, list[int]]) -> list[int] | None:

@@ -71,6 +71,9 @@ class MilestoneRecord:
     cost: float = 0.0
     milestone_completion: str = ""
     plan_completion: str = ""
+    # what orchestration.reading reads off the record (parts named, values reported), read once: an
+    # episode does not change a record once it appends it
+    reading: Any = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -317,7 +317,7 @@ def _menu_texts(obs: Observation, parts: list[Part], tiers: bool = False) -> dic
     """Part id → its menu as a plan slot shows it (``#1 good 0.03 | #2 strong 22``), for ``parts``
     only (a part's menu depends on its skill and the cards alone)."""
     levels = [card_levels(c) for c in obs.cards]
-    menus = menus_for(parts, obs.cards, levels)
+    menus = menus_for(parts, obs.cards)
     return {p.id: " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
                              f"{price_tier(obs.cards[i]) if tiers else format(price_of(obs.cards[i]), '.2g')}"
                              for k, i in enumerate(menus[p.id])) or "(no capable executor)"

@@ -311,7 +311,14 @@ class TreeRollout:
             if probing:
                 # each child of a branch point: its decision applied (a plan executed) and the episode finished by
                 # the hand-written continuation, rollout.probes times; a child off the spine ends there
-                await asyncio.gather(*(self._probe(c, n, result) for c, n, _ in children if n.n_siblings > 1))
+                branched = [(c, n) for c, n, _ in children if n.n_siblings > 1]
+                probes = await asyncio.gather(*(self._probe(c, n) for c, n in branched))
+                # the leaves in the children's order (not the order the probes finished in): the same
+                # rollout writes the same leaf ids whatever the timing of its concurrent episodes
+                for (c, _), ends in zip(branched, probes):
+                    for st, calls in ends:
+                        result.probe_calls += calls
+                        result.leaves.append(self._leaf(c, len(result.leaves), state=st, calls=c.calls + calls, probe=True))
                 children = [(c, n, k) for c, n, k in children if n.n_siblings == 1 or c.spine]
 
             async def apply(child: _Path, node: DecisionNode, kind: str) -> None:
@@ -396,17 +403,19 @@ class TreeRollout:
             budget_failure=ep.budget_failure or "", answer=ep.answer[:500], probe=probe,
         )
 
-    async def _probe(self, path: _Path, node: DecisionNode, result: RolloutResult) -> None:
+    async def _probe(self, path: _Path, node: DecisionNode) -> list[tuple[EpisodeState, int]]:
         """``rollout.probes`` episodes from ``path`` (a child of a branch point, before its
         decision): ``node``'s decision applied — a plan executed — then finished by the hand-written
         ``rollout.continuation``; each a leaf that ends at ``node``. Probe ``d`` of every child of one
         branch point draws the same execution noise (the children share their noise, and
         ``probe<d>`` extends it alike), so what separates the children's probes is what their
-        decisions changed; the probes of one child differ in the noise of its own plan too."""
+        decisions changed; the probes of one child differ in the noise of its own plan too. Returns
+        each probe's finished episode and its own executions (the caller makes them leaves)."""
         rule = make_handwritten(self.cfg.continuation, [s.name for s in path.state.specs],
                                 seed=stable_seed(node.parent_id or node.node_id))
         finish = rule if self._policy_plans is None else _PolicyRouted(rule, self._policy_plans)
         start = len(path.state.milestones)
+        ends: list[tuple[EpisodeState, int]] = []
         for d in range(self.cfg.probes):
             st = path.state.fork(f"probe{d}")
             if node.kind == "milestone":
@@ -414,9 +423,8 @@ class TreeRollout:
             else:
                 await st.act(st.apply_plan(node.completion), path.pool, node.completion)
             await play_out(st, finish, path.pool)
-            calls = sum(len(rec.results) for rec in st.milestones[start:])  # this probe's own executions
-            result.probe_calls += calls
-            result.leaves.append(self._leaf(path, len(result.leaves), state=st, calls=path.calls + calls, probe=True))
+            ends.append((st, sum(len(rec.results) for rec in st.milestones[start:])))  # this probe's own executions
+        return ends
 
 
 class _PolicyRouted(Orchestrator):

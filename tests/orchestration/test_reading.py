@@ -145,3 +145,31 @@ def test_cached_readings_are_private_copies() -> None:
     for skill in levels:
         levels[skill] = -1
     assert card_levels(DEFAULT[0]) == before
+    menus = part_menus(QUESTION, DEFAULT)
+    menus["P1"].append(99)
+    assert part_menus(QUESTION, DEFAULT)["P1"] == [NAMES.index("web-search")] * 2 + [NAMES.index("frontier-llm")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(sorted(DOMAINS)))
+def test_cached_menus_are_the_cards_own_on_random_pools(seed: int, domain: str) -> None:
+    """A pool's menus are read once per distinct set of cards (descriptions and prices): on random
+    pools, each menu is what the cards state: the cheapest card at least fair, good, strong at the
+    part's skill (the strongest where none is), read card by card."""
+    from e3orch.executors.generated import generate_pool
+    from e3orch.orchestration.reading import card_levels, cheapest_at_least
+
+    rng = random.Random(seed)
+    specs = generate_pool(seed) if seed % 2 else randomize_pool(DEFAULT, rng)
+    parts, _ = parse_parts(generate_task(0, domain, seed, "train").question)
+    levels = [card_levels(c) for c in specs]
+    want = {p.id: [cheapest_at_least(specs, levels, p.skill, n) for n in (1, 2, 3)]
+            if any(lv[p.skill] >= 1 for lv in levels) else [] for p in parts}
+    assert part_menus(generate_task(0, domain, seed, "train").question, specs) == want
+    # same descriptions, other prices: other menus where the order of prices changed
+    dearer = [c.model_copy(update={"price": c.price.model_copy(update={"output_per_1k": 100.0 - c.price.output_per_1k})})
+              for c in specs]
+    dlevels = [card_levels(c) for c in dearer]
+    assert part_menus(generate_task(0, domain, seed, "train").question, dearer) == {
+        p.id: [cheapest_at_least(dearer, dlevels, p.skill, n) for n in (1, 2, 3)]
+        if any(lv[p.skill] >= 1 for lv in dlevels) else [] for p in parts}

@@ -608,7 +608,7 @@ def test_the_probes_of_a_branch_points_children_share_their_noise() -> None:
     from e3orch.executors.base import build_pool
     from e3orch.orchestration.episode import EpisodeState
     from e3orch.rollout.records import DecisionNode
-    from e3orch.rollout.tree import RolloutResult, _Path, _Tree
+    from e3orch.rollout.tree import _Path, _Tree
 
     tasks = [t for t in generate_split(0, "train", 6) if t.domain == "research"]
     specs = load_pool_specs(REPO / "configs/executors/default.yaml")
@@ -621,10 +621,9 @@ def test_the_probes_of_a_branch_points_children_share_their_noise() -> None:
         node = DecisionNode("n", "t", task.task_id, task.benchmark, "", "milestone", 0, 0, 2, "p", "c", [], [], True, [])
         runs = []
         for branch in range(2):  # two siblings' forks (shared noise: the same branch suffix)
-            res = RolloutResult([], [], {})
             path = _Path(state.fork(f"1.{branch}", shared_noise=True), pool, _Tree("t", task, specs))
-            asyncio.run(roll._probe(path, node, res))
-            runs.append([(lf.correct, lf.cost) for lf in res.leaves])
+            ends = asyncio.run(roll._probe(path, node))
+            runs.append([(ep.correct, ep.cost) for ep in (st.finish() for st, _ in ends)])
         assert runs[0] == runs[1] and len(runs[0]) == 6
         outcomes.append(runs[0])
     assert any(len(set(run)) > 1 for run in outcomes)  # each probe its own draw
@@ -691,6 +690,36 @@ def test_probes_routed_by_the_policy_ask_each_question_once_and_route_as_it_does
     assert extra and max(extra.values()) == 1
     probe_plans = sum(1 for lf in by_policy.leaves if lf.probe)  # at least one plan a probe
     assert sum(extra.values()) < probe_plans
+
+
+class DawdlingPerPartPolicy(CountingPerPartPolicy):
+    """:class:`CountingPerPartPolicy` whose every generation call takes a random while (the
+    policy's probe plans then come back, and the probes waiting on them finish, in another order)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.rng = random.Random(seed)
+
+    def generate(self, prompts, **kw):  # type: ignore[no-untyped-def]
+        import time
+
+        time.sleep(self.rng.uniform(0.0, 0.004))
+        return super().generate(prompts, **kw)
+
+
+def test_leaves_do_not_depend_on_the_order_the_probes_finish_in() -> None:
+    """The probes of a step's branch points run concurrently and finish in whatever order their
+    generations come back; their leaves are recorded in the children's order, so the same rollout
+    writes the same leaves, ids included, however long each generation took."""
+    def leaves(policy: PolicyBackend) -> list[tuple]:
+        res = _per_part_spine(policy, branch_plan=3, branch_start=1, leaf_budget=40, shared_noise=True,
+                              common_executor_noise=True, continuation="heuristic", probes=4, probe_routing="policy")
+        return [(lf.leaf_id, tuple(lf.node_path), lf.correct, lf.cost) for lf in res.leaves]
+
+    reference = leaves(CountingPerPartPolicy())
+    assert sum(1 for lf in reference if lf[0]) > 20
+    for seed in range(3):
+        assert leaves(DawdlingPerPartPolicy(seed)) == reference
 
 
 def _changed_questions(res) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
