@@ -304,7 +304,7 @@ class TransformersBackend(PolicyBackend):
     ) -> list[list[Generation]]:
         with self._lock:
             if seed is not None:
-                torch.manual_seed(seed)
+                self._seed(seed)
             ids = self.encode_prompts(prompts)
             flat = [(i, ids[i]) for i in range(len(prompts)) for _ in range(n)]
             own = self._own_loop()
@@ -352,9 +352,18 @@ class TransformersBackend(PolicyBackend):
         return Generation(text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=toks,
                           logprobs=lp[:end].tolist(), prompt_tokens=prompt_tokens, finished=finished)
 
+    def _seed(self, seed: int) -> None:
+        """Seed the stream sampling draws from: on CPU only the CPU generator, as ``torch.manual_seed``
+        seeds it; ``torch.manual_seed`` also queues a seed for every accelerator not yet started, and
+        queueing one formats the caller's stack (a sizeable share of a CPU rollout's generation calls)."""
+        if self.device.type == "cpu":
+            torch.random.default_generator.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
+
     def _one(self, seq: list[int], seed: int, **kw: Any) -> Generation:
         """One completion by ``model.generate`` from its own seed (row seeds without the own loop)."""
-        torch.manual_seed(seed)
+        self._seed(seed)
         new, lp = self._generate_hf([seq], **kw)
         return self._generation(new[0], lp[0], len(seq))
 
