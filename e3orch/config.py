@@ -133,6 +133,9 @@ class PolicyConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch default")
+    generation_threads: int = Field(1, ge=0, description="torch CPU threads while the policy generates or scores "
+                                    "(rollouts, validation, evaluation, the warm start's correction rounds), in the "
+                                    "thread that generates; 0 = policy.threads")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: PromptStyle = Field(
         "per_part_tiers", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "

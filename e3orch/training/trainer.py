@@ -345,7 +345,7 @@ class RLTrainer:
 
         # zero-copy: the rollout engine generates with the very module being trained
         return TransformersBackend(self.acc.unwrap_model(self.model), tokenizer=self.tokenizer,
-                                   batch_size=pc.batch_size, chat_template=False)
+                                   batch_size=pc.batch_size, chat_template=False, generation_threads=pc.generation_threads)
 
     def sync_weights(self) -> float:
         if self.params.policy.backend == "vllm":

@@ -221,7 +221,8 @@ def correct(
             phase(f"correction round {r + 1}/{cfg.dagger_rounds}: the policy runs {cfg.dagger_tasks} tasks")
         rng = random.Random(stable_seed("dagger", cfg.seed, r))
         tasks = rng.sample(list(train_tasks), min(cfg.dagger_tasks, len(train_tasks)))
-        backend = TransformersBackend(model, tokenizer=tokenizer, batch_size=pc.batch_size)
+        backend = TransformersBackend(model, tokenizer=tokenizer, batch_size=pc.batch_size,
+                                      generation_threads=pc.generation_threads)
         actor = PolicyOrchestrator(backend, DecodeSettings.from_policy(pc, temperature=cfg.dagger_temperature,
                                                                        prompt_style=pc.prompt, resample=False),
                                    name="warmstart", seed=stable_seed("dagger-decode", cfg.seed, r))
@@ -286,7 +287,8 @@ class BestRound:
         from e3orch.training.trainer import validate_policy
 
         def validate(net: Any) -> dict[str, Any]:
-            backend = TransformersBackend(net, tokenizer=tokenizer, batch_size=params.policy.batch_size)
+            backend = TransformersBackend(net, tokenizer=tokenizer, batch_size=params.policy.batch_size,
+                                          generation_threads=params.policy.generation_threads)
             return validate_policy(backend, params, tasks, specs, accelerator)
 
         return cls(model, accelerator, validate)

@@ -38,6 +38,35 @@ def test_default_policy_is_moved_in_whole_with_config_last(tmp_path: Path, monke
     assert not (tmp_path / ".init.tmp").exists()
 
 
+def test_generation_threads_hold_while_generating_and_scoring_only(tiny_model: Path) -> None:
+    """``policy.generation_threads``: the model runs on that many torch threads while the backend
+    generates or scores, in whichever thread calls it, and the caller has its own count back
+    afterwards (the trainer's updates keep ``policy.threads``); 0 leaves the count alone."""
+    import asyncio
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen: list[int] = []
+        for n, want in ((1, 1), (0, 2)):
+            be = make_backend("transformers", str(tiny_model), device="cpu", generation_threads=n)
+            hook = be.model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+            seen.clear()
+            be.generate(["### decide: milestone\n"], temperature=0.0, max_new_tokens=3)
+            be.score(["### decide: milestone\n"], ["ANSWER: P1"])
+            assert seen and set(seen) == {want} and torch.get_num_threads() == 2
+            seen.clear()  # a worker thread (as rollouts and evaluation call it): its own count comes back too
+
+            def in_worker(be=be) -> int:  # type: ignore[no-untyped-def]
+                be.generate(["### decide: milestone\n"], temperature=0.0, max_new_tokens=3)
+                return torch.get_num_threads()
+
+            assert asyncio.run(asyncio.to_thread(in_worker)) == 2 and set(seen) == {want}
+            hook.remove()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_generation_logprobs_match_scoring_and_seed_repeats(tiny_model: Path) -> None:
     torch.set_num_threads(1)
     be = make_backend("transformers", str(tiny_model), device="cpu")

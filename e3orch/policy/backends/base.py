@@ -90,6 +90,7 @@ def make_backend(kind: str, model: str, **options: Any) -> PolicyBackend:
 
 def backend_from_params(pc: Any, model: str | Any) -> PolicyBackend:
     """The backend ``policy`` params select, for a checkpoint directory or model id."""
-    opts = ({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size}
+    opts = ({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size,
+             "generation_threads": pc.generation_threads}
             if pc.backend == "transformers" else {"base_url": pc.vllm_url})
     return make_backend(pc.backend, str(model), **opts)

@@ -22,11 +22,12 @@ sdpa/eager, sliding-window layers) fall back to ``model.generate`` on left-padde
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,9 +248,11 @@ class TransformersBackend(PolicyBackend):
         batch_size: int = 32,
         threads: int = 0,
         chat_template: bool = False,
+        generation_threads: int = 0,
     ) -> None:
         if threads > 0:
             torch.set_num_threads(threads)
+        self.generation_threads = generation_threads
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         elif device.startswith("cuda") and not torch.cuda.is_available():
@@ -302,7 +305,7 @@ class TransformersBackend(PolicyBackend):
         min_new_tokens: int = 0,
         row_seeds: Sequence[int] | None = None,
     ) -> list[list[Generation]]:
-        with self._lock:
+        with self._lock, self._threads():
             if seed is not None:
                 self._seed(seed)
             ids = self.encode_prompts(prompts)
@@ -351,6 +354,23 @@ class TransformersBackend(PolicyBackend):
         text_ids = toks[:-1] if finished else toks
         return Generation(text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=toks,
                           logprobs=lp[:end].tolist(), prompt_tokens=prompt_tokens, finished=finished)
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """``policy.generation_threads`` torch threads in the calling thread while it generates or
+        scores, then as many as before. On two cores a small policy decodes as fast on one thread,
+        and the other core is left to the episodes the event loop runs meanwhile (a rollout's
+        probes, an evaluation's episodes) instead of both threads waiting on one another."""
+        n = self.generation_threads
+        before = torch.get_num_threads()
+        if n <= 0 or n == before or self.device.type != "cpu":
+            yield
+            return
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _seed(self, seed: int) -> None:
         """Seed the stream sampling draws from: on CPU only the CPU generator, as ``torch.manual_seed``
@@ -587,7 +607,7 @@ class TransformersBackend(PolicyBackend):
         """Per-token log-probs of each completion given its prompt, in right-padded batches of
         similar length (causal attention never reaches the padding after a sequence, so each row's
         logits are those of its unpadded forward pass)."""
-        with self._lock:
+        with self._lock, self._threads():
             p_ids = self.encode_prompts(prompts)
             c_ids = [self.completion_ids(c) for c in completions]
             seqs = [p + c for p, c in zip(p_ids, c_ids)]
