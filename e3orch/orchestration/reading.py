@@ -235,7 +235,11 @@ PRICE_NAMES = tuple(name for _, name in PRICE_TIERS)
 
 def price_tier(spec: ExecutorSpec) -> str:
     """The card's price as one of :data:`PRICE_NAMES` (how the policy's menus show it)."""
-    price = price_of(spec)
+    return tier_of_price(price_of(spec))
+
+
+def tier_of_price(price: float) -> str:
+    """A price (:func:`price_of`) as one of :data:`PRICE_NAMES`."""
     return next(name for bound, name in PRICE_TIERS if price < bound)
 
 
@@ -291,16 +295,31 @@ def menus_for(parts: Sequence[Part], cards: Sequence[ExecutorSpec]) -> dict[str,
     """:func:`part_menus` for parts already parsed."""
     if not parts:
         return {}
-    by_skill = _skill_menus(tuple((c.description, price_of(c)) for c in cards))
+    by_skill = skill_menus(cards_key(cards))
     return {p.id: list(by_skill[p.skill]) for p in parts}
 
 
+# what a card's menus and menu texts depend on: its description (stated levels) and its price
+CardsKey = tuple[tuple[str, float], ...]
+
+
+def cards_key(cards: Sequence[ExecutorSpec]) -> CardsKey:
+    """The cards as (description, price): what menus are read from, a key to cache them by."""
+    return tuple((c.description, price_of(c)) for c in cards)
+
+
+def key_levels(cards: CardsKey) -> list[dict[str, int]]:
+    """:func:`card_levels` of the cards of a :func:`cards_key`."""
+    return [dict(_description_levels(description)) for description, _ in cards]
+
+
 @functools.lru_cache(maxsize=4096)
-def _skill_menus(cards: tuple[tuple[str, float], ...]) -> dict[str, tuple[int, ...]]:
+def skill_menus(cards: CardsKey) -> dict[str, tuple[int, ...]]:
     """Skill → menu (indices of the cheapest card at least fair, good, strong at it; empty when no
-    card is capable) of the cards given as (description, price): a part's menu depends on its
-    skill and the cards alone, and a pool's menus are read at every decision of every episode."""
-    levels = [dict(_description_levels(description)) for description, _ in cards]
+    card is capable) of the cards of a :func:`cards_key`: a part's menu depends on its skill and
+    the cards alone, and a pool's menus are read at every decision of every episode (the cached dict
+    itself: read it, do not change it)."""
+    levels = key_levels(cards)
     prices = [price for _, price in cards]
     return {skill: tuple(_cheapest_at_least(prices, levels, skill, n) for n in MENU_NEEDS)
             if any(lv[skill] >= 1 for lv in levels) else () for skill in SKILLS}

@@ -80,6 +80,7 @@ completion (the engine's protocol parser does).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -87,6 +88,7 @@ from dataclasses import replace
 from typing import get_args
 
 from e3orch.config import FACTORED_STYLES, PER_PART_STYLES, PromptStyle
+from e3orch.executors.base import SKILLS
 from e3orch.orchestration.episode import DecisionType, Observation
 from e3orch.orchestration.protocol import parse_milestone, render_answer, render_milestone
 from e3orch.orchestration.reading import (
@@ -96,18 +98,20 @@ from e3orch.orchestration.reading import (
     PART_RESULT_RE,
     PART_TAG_RE,
     PRICE_NAMES,
+    CardsKey,
     MenuRank,
     Part,
     PartStatus,
     card_levels,
+    cards_key,
     deps_met,
     is_spent,
-    menus_for,
+    key_levels,
     parse_parts,
     part_status,
     plan_slots,
-    price_of,
-    price_tier,
+    skill_menus,
+    tier_of_price,
 )
 from e3orch.orchestration.types import MilestoneRecord
 
@@ -316,12 +320,20 @@ def _slot_lines(obs: Observation, parts: list[Part], status: dict[str, PartStatu
 def _menu_texts(obs: Observation, parts: list[Part], tiers: bool = False) -> dict[str, str]:
     """Part id → its menu as a plan slot shows it (``#1 good 0.03 | #2 strong 22``), for ``parts``
     only (a part's menu depends on its skill and the cards alone)."""
-    levels = [card_levels(c) for c in obs.cards]
-    menus = menus_for(parts, obs.cards)
-    return {p.id: " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][p.skill]]} "
-                             f"{price_tier(obs.cards[i]) if tiers else format(price_of(obs.cards[i]), '.2g')}"
-                             for k, i in enumerate(menus[p.id])) or "(no capable executor)"
-            for p in parts}
+    by_skill = _skill_menu_texts(cards_key(obs.cards), tiers)
+    return {p.id: by_skill[p.skill] for p in parts}
+
+
+@functools.lru_cache(maxsize=4096)
+def _skill_menu_texts(cards: CardsKey, tiers: bool) -> dict[str, str]:
+    """Skill → the menu text of the cards of a :func:`cards_key` (each plan question of every
+    episode on a pool shows them again)."""
+    levels = key_levels(cards)
+    menus = skill_menus(cards)
+    return {skill: " | ".join(f"#{k + 1} {LEVEL_NAMES[levels[i][skill]]} "
+                              f"{tier_of_price(cards[i][1]) if tiers else format(cards[i][1], '.2g')}"
+                              for k, i in enumerate(menus[skill])) or "(no capable executor)"
+            for skill in SKILLS}
 
 
 def sub_prompts(obs: Observation, kind: DecisionType, style: PromptStyle = "factored") -> list[str] | None:
