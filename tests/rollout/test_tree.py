@@ -717,7 +717,7 @@ def test_leaves_do_not_depend_on_the_order_the_probes_finish_in() -> None:
         return [(lf.leaf_id, tuple(lf.node_path), lf.correct, lf.cost) for lf in res.leaves]
 
     reference = leaves(CountingPerPartPolicy())
-    assert sum(1 for lf in reference if lf[0]) > 20
+    assert len(reference) > 20
     for seed in range(3):
         assert leaves(DawdlingPerPartPolicy(seed)) == reference
 
