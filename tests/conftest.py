@@ -121,7 +121,7 @@ def optimizer_step(trainer: Any) -> None:
 def tiny_params(root: str | Path) -> dict[str, Any]:
     """The tiny config as a dict (outputs under ``root``); callers may tweak it before writing.
 
-    Besides its sizes it fixes knobs the tests rely on (a teacher mix with every kind of teacher,
+    Besides its sizes it fixes knobs the tests rely on (every episode in the test's own process, a teacher mix with every kind of teacher,
     a learning rate at which two rounds visibly move the weights, no validation split, and the
     sampled trees judged by sibling leaves on the compact prompt taught by the highest menu rank
     that most tests exercise — as configs/params-compact.yaml), so that retuning params.yaml, whose
@@ -135,7 +135,7 @@ def tiny_params(root: str | Path) -> dict[str, Any]:
                      "executors": str(REPO / "configs/executors/default.yaml"),
                      "transfer_executors": str(REPO / "configs/executors/transfer.yaml"),
                      "out_dir": str(d / "reports")},
-        "policy": {"init_dir": str(d / "models/init"), "threads": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
+        "policy": {"init_dir": str(d / "models/init"), "threads": 1, "workers": 1, "tokenizer_tasks": 10, "max_new_tokens_plan": 48,
                    "temperature": 1.0, "prompt": "compact", "menu_rank": "highest",
                    "model": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                              "intermediate_size": 64}},

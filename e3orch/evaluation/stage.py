@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from e3orch.evaluation.evaluate import limit_per_benchmark, metrics_table, run_s
 from e3orch.evaluation.systems import make_orchestrator
 from e3orch.evaluation.targets import judge
 from e3orch.executors.base import ExecutorSpec, build_pool
+from e3orch.executors.generated import generate_pool
 from e3orch.files import write_text_atomic
 from e3orch.orchestration.types import Episode
 
@@ -64,8 +65,11 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
     tasks = limit_per_benchmark(tasks, ecfg.limit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    main, eps = evaluate_pool(params, tasks, str(resolve_pool_path(ecfg.executors)), policies, on_system)
-    transfer, teps = evaluate_pool(params, tasks, str(resolve_pool_path(ecfg.transfer_executors)), policies, on_system)
+    named = [str(resolve_pool_path(ecfg.executors)), str(resolve_pool_path(ecfg.transfer_executors))]
+    generated = [generate_pool(ecfg.generated_seed + i) for i in range(ecfg.generated_pools)]
+    singles = [True, True] + [False] * len(generated)  # single executors on the two named pools only
+    tables = evaluate_pools(params, tasks, [*named, *generated], policies, on_system, singles=singles)
+    (main, eps), (transfer, teps) = tables[:2]
     metrics = {
         **main,
         "transfer": transfer,
@@ -75,7 +79,7 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
     }
     groups: list[tuple[str, dict[str, list[Episode]]]] = [("default", eps), ("transfer", teps)]
     if ecfg.generated_pools:
-        metrics["generated"], gen_groups = evaluate_generated(params, tasks, policies, out / "generated_pools", on_system)
+        metrics["generated"], gen_groups = generated_tables(params, generated, tables[2:], out / "generated_pools")
         groups += gen_groups
     metrics["targets"] = judge(metrics)
     write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -89,29 +93,60 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
     return metrics
 
 
-def evaluate_generated(params: Params, tasks: list[Any], policies: dict[str, str], pools_dir: Path,
-                       on_system: Callable[[str], None] | None = None,
-                       ) -> tuple[dict[str, Any], list[tuple[str, dict[str, list[Episode]]]]]:
-    """Every system (no single executors) on each generated pool: ``{systems, per_benchmark}`` over
-    all pools' episodes together, plus ``pools`` (seed, members, systems) per pool. Each pool is
-    also written as a pool file, so any result can be reproduced with ``--executors``."""
-    import yaml
+def evaluate_pools(params: Params, tasks: list[Any], pools: Sequence[str | list[ExecutorSpec]], policies: dict[str, str],
+                   on_system: Callable[[str], None] | None = None, *, singles: Sequence[bool],
+                   ) -> list[tuple[dict[str, Any], dict[str, list[Episode]]]]:
+    """:func:`evaluate_pool` of each pool, in order. With ``policy.workers`` (on a CPU host) the pools
+    are evaluated side by side in that many spawned processes, each on one torch thread: a pool's
+    systems, seeds and batches are the same in any process, and so are its figures. ``on_system``
+    is then called for a pool's systems when the pool is done."""
+    from e3orch.policy.workers import worker_count
 
-    from e3orch.executors.generated import generate_pool
+    processes = min(worker_count(params.policy), len(pools))
+    if processes < 2:
+        return [evaluate_pool(params, tasks, pool, policies, on_system, singles=s) for pool, s in zip(pools, singles)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_one_thread) as ex:
+        futures = [ex.submit(evaluate_pool, params, tasks, pool, policies, singles=s) for pool, s in zip(pools, singles)]
+        for f in futures:
+            table, results = f.result()
+            if on_system:
+                for name in results:
+                    on_system(name)
+            out.append((table, results))
+    return out
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def generated_tables(params: Params, pools: Sequence[list[ExecutorSpec]],
+                     tables: Sequence[tuple[dict[str, Any], dict[str, list[Episode]]]], pools_dir: Path,
+                     ) -> tuple[dict[str, Any], list[tuple[str, dict[str, list[Episode]]]]]:
+    """The generated pools' part of metrics.json from each pool's :func:`evaluate_pool` (every
+    system, no single executors): ``{systems, per_benchmark}`` over all pools' episodes together,
+    plus ``pools`` (seed, members, systems) per pool. Each pool is also written as a pool file, so
+    any result can be reproduced with ``--executors``."""
+    import yaml
 
     ecfg = params.evaluate
     pools_dir.mkdir(parents=True, exist_ok=True)
     merged: dict[str, list[Episode]] = {}
     per_pool: list[dict[str, Any]] = []
     groups: list[tuple[str, dict[str, list[Episode]]]] = []
-    for i in range(ecfg.generated_pools):
+    for i, (specs, (table, results)) in enumerate(zip(pools, tables)):
         seed = ecfg.generated_seed + i
-        specs = generate_pool(seed)
         path = pools_dir / f"pool-{seed}.yaml"
         header = f"# generate_pool({seed}): never seen in training (e3orch/executors/generated.py)\n"
         path.write_text(header + yaml.safe_dump({"executors": [s.model_dump(exclude_none=True) for s in specs]},
                                                 sort_keys=False))
-        table, results = evaluate_pool(params, tasks, specs, policies, on_system, singles=False)
         per_pool.append({"seed": seed, "executors": [s.name for s in specs], "systems": table["systems"]})
         groups.append((f"generated-{seed}", results))
         for name, episodes in results.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Sequence
@@ -36,7 +37,8 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     :func:`merge_rollouts` joins them). The same (round, seed) gives the same sample and trees.
     """
     from e3orch.policy.backends.base import backend_from_params
-    from e3orch.rollout.tree import TreeRollout
+    from e3orch.policy.workers import PolicyWorkers, worker_count
+    from e3orch.rollout.tree import rollout_shares
 
     rc = params.rollout
     backend = backend_from_params(params.policy, policy_dir)
@@ -48,7 +50,10 @@ def rollout_stage(params: Params, policy_dir: str | Path, train_tasks: Sequence[
     tasks = tasks[index::count]
     # each shard its own sampling streams (rows of different shards would share them); one shard: rc.seed
     seed = rc.seed if count == 1 else stable_seed(rc.seed, "shard", index) % 2**31
-    res = TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=seed)
+    n = worker_count(params.policy)  # policy.workers: this shard's tasks shared out again between processes
+    with contextlib.ExitStack() as stack:
+        workers = stack.enter_context(PolicyWorkers(params.policy, policy_dir, n)) if n > 1 else None
+        res = rollout_shares(backend, params, tasks, specs, round_id=round_id, seed=seed, workers=workers)
     out = Path(out_dir)
     write_validated(nodes_frame(res.nodes), NODE_SCHEMA, out / "nodes.parquet")
     write_validated(leaves_frame(res.leaves), LEAF_SCHEMA, out / "leaves.parquet")

@@ -44,7 +44,8 @@ off the spine end at their probes, so the policy generates only the spine.
 The loop is phased across all trees of a batch: (1) one batched generation call for every
 pending decision on the frontier of every tree, (2) every resulting plan executed concurrently
 (asyncio) on the DAG scheduler. Every decision becomes a :class:`DecisionNode`, every finished
-path a :class:`Leaf`.
+path a :class:`Leaf`. With ``policy.workers`` a round's tasks are shared out between processes
+(:func:`rollout_shares`): one process's generation and episodes take turns on one core.
 
 What this module deliberately does not do: compute rewards (rewards/ does), or update weights.
 """
@@ -57,7 +58,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from e3orch.config import EngineConfig, RolloutConfig, lookahead_at
 from e3orch.data.sim import stable_seed
@@ -80,6 +81,9 @@ from e3orch.policy.prompts import (
     sub_prompts,
 )
 from e3orch.rollout.records import DecisionNode, Leaf
+
+if TYPE_CHECKING:
+    from e3orch.policy.workers import PolicyWorkers
 
 
 @dataclass
@@ -121,6 +125,22 @@ class RolloutResult:
     @property
     def calls_independent(self) -> int:
         return sum(leaf.n_calls_path for leaf in self.leaves)
+
+    @classmethod
+    def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
+        """The rollouts of disjoint task shares as one (``policy.workers``): their nodes, leaves and
+        trees in share order; the phases' seconds are the slowest share's (they ran side by side)."""
+        out = cls([], [], {})
+        for r in parts:
+            out.nodes += r.nodes
+            out.leaves += r.leaves
+            out.trees.update(r.trees)
+            out.generated_tokens += r.generated_tokens
+            out.generate_calls += r.generate_calls
+            out.probe_calls += r.probe_calls
+        out.generate_s = max((r.generate_s for r in parts), default=0.0)
+        out.execute_s = max((r.execute_s for r in parts), default=0.0)
+        return out
 
     def sharing(self) -> dict[str, float]:
         n = max(1, len(self.leaves))
@@ -179,10 +199,16 @@ class TreeRollout:
         room = self.cfg.leaf_budget - path.tree.paths
         return max(1, min(k, room + 1))
 
-    def run(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0) -> RolloutResult:
-        return asyncio.run(self.arun(tasks, specs, round_id=round_id, seed=seed))
+    def run(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0,
+            stream: int = 0) -> RolloutResult:
+        return asyncio.run(self.arun(tasks, specs, round_id=round_id, seed=seed, stream=stream))
 
-    async def arun(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0) -> RolloutResult:
+    async def arun(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *, round_id: int = 0, seed: int = 0,
+                   stream: int = 0) -> RolloutResult:
+        """Grow every task's tree. A task's pool, noise and alternatives are keyed by ``seed``,
+        ``round_id`` and the task; ``stream`` > 0 gives the sampled siblings of this call their own
+        draws (a share of a round run beside others, :func:`rollout_shares`, whose batches would
+        otherwise draw the same numbers row for row)."""
         import time
 
         result = RolloutResult([], [], {})
@@ -234,7 +260,7 @@ class TreeRollout:
                         gens += [g[0] for g in await asyncio.to_thread(
                             self.backend.generate, batch, n=1, temperature=temperature, top_p=self.top_p,
                             max_new_tokens=self.max_new_tokens[kind],
-                            seed=stable_seed(seed, round_id, step, kind) % (2**31),
+                            seed=stable_seed(seed, round_id, step, kind, *((stream,) if stream else ())) % (2**31),
                         )]
                         result.generate_calls += 1
                 result.generated_tokens += sum(len(g.token_ids) for g in gens)
@@ -512,3 +538,23 @@ def _distinct(samples: list[tuple[Generation, list[int]]]) -> list[tuple[Generat
             seen.add(g.text)
             out.append((g, lengths))
     return out
+
+
+
+def rollout_shares(backend: PolicyBackend, params: Any, tasks: Sequence[Task], specs: Sequence[ExecutorSpec], *,
+                   round_id: int = 0, seed: int = 0, workers: PolicyWorkers | None = None,
+                   weights: dict[str, Any] | None = None) -> RolloutResult:
+    """The round's tree rollouts of ``tasks`` (``rollout`` params), in this process with ``backend``
+    or split by task across ``workers`` (``policy.workers``; their policies given ``weights`` first):
+    every tree grows as it would in one process (its pool, noise and alternatives are keyed by the
+    task), each share sampling from its own stream."""
+    if workers is None:
+        return TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=seed)
+    return RolloutResult.merge(workers.map_shares(_rollout_share, backend, tasks, params, specs, round_id, seed,
+                                                  weights=weights))
+
+
+def _rollout_share(backend: PolicyBackend, tasks: list[Task], index: int, params: Any, specs: Sequence[ExecutorSpec],
+                   round_id: int, seed: int) -> RolloutResult:
+    """Share ``index`` of :func:`rollout_shares` (share 0 keeps the stream a single process has)."""
+    return TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=seed, stream=index)

@@ -35,9 +35,10 @@ from e3orch.data.tasks import Task
 from e3orch.executors.base import ExecutorSpec
 from e3orch.files import write_text_atomic
 from e3orch.policy.backends.base import prompt_ids
+from e3orch.policy.workers import PolicyWorkers, worker_count
 from e3orch.rewards.score import score_nodes
 from e3orch.rollout.records import leaves_frame, nodes_frame, spine_nodes
-from e3orch.rollout.tree import RolloutResult, TreeRollout, sharing_ratio
+from e3orch.rollout.tree import RolloutResult, rollout_shares, sharing_ratio
 from e3orch.training.data import (
     Example,
     collate,
@@ -324,6 +325,9 @@ class RLTrainer:
         self._prefix_kw = prefix_cache_kwarg(model) if by_question and self.acc.num_processes == 1 else None
         self._ref_prefix_kw = prefix_cache_kwarg(self.ref) if by_question and self.ref is not None else None
         self.backend = self._make_backend()
+        n = worker_count(params.policy, training_processes=self.acc.num_processes)
+        # policy.workers: rollouts and validation shared out by task between processes (policy/workers.py)
+        self.workers = PolicyWorkers(params.policy, self.init_dir, n) if n > 1 else None
         self.round = 0
         self.validation: list[dict[str, Any]] = []  # {"round", "val_accuracy", "val_cost"}; round 0 = the warm start
         self.w_cost = params.rewards.w_cost  # moves with train.hold_accuracy / hold_cost
@@ -346,6 +350,18 @@ class RLTrainer:
         # zero-copy: the rollout engine generates with the very module being trained
         return TransformersBackend(self.acc.unwrap_model(self.model), tokenizer=self.tokenizer,
                                    batch_size=pc.batch_size, chat_template=False, generation_threads=pc.generation_threads)
+
+    def worker_weights(self) -> dict[str, torch.Tensor] | None:
+        """The weights :attr:`workers` generate with: the model being trained, as it is now."""
+        if self.workers is None:
+            return None
+        return {k: v.detach().cpu() for k, v in self.acc.unwrap_model(self.model).state_dict().items()}
+
+    def close(self) -> None:
+        """Stop the worker processes (``policy.workers``)."""
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
 
     def sync_weights(self) -> float:
         if self.params.policy.backend == "vllm":
@@ -372,6 +388,7 @@ class RLTrainer:
         knobs = {k: getattr(self.params, k).model_dump() for k in ("engine", "policy", "rollout", "rewards", "train")}
         knobs["train"].pop("rounds")  # asking for more rounds continues the same run
         knobs["train"].pop("save_rounds")  # what else a run writes does not change the run
+        knobs["policy"].pop("workers")  # nor how many processes share its episodes (a task's are the same in any)
         h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
@@ -430,7 +447,8 @@ class RLTrainer:
     # -- validation and round selection -------------------------------------------------------
     def validate(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> dict[str, Any]:
         """The current weights on the validation tasks (:func:`validate_policy`)."""
-        return validate_policy(self.backend, self.params, tasks, specs, self.acc)
+        return validate_policy(self.backend, self.params, tasks, specs, self.acc, workers=self.workers,
+                               weights=self.worker_weights())
 
     def consider(self, figures: dict[str, Any]) -> bool:
         """Record the current weights' validation figures (:meth:`validate`); unless
@@ -490,8 +508,9 @@ class RLTrainer:
 
     # -- one round ---------------------------------------------------------------------------
     def rollout(self, tasks: Sequence[Task], specs: Sequence[ExecutorSpec]) -> RolloutResult:
-        engine = TreeRollout.from_params(self.backend, self.params)
-        return engine.run(tasks, specs, round_id=self.round, seed=self.params.rollout.seed + self.acc.process_index)
+        return rollout_shares(self.backend, self.params, tasks, specs, round_id=self.round,
+                              seed=self.params.rollout.seed + self.acc.process_index, workers=self.workers,
+                              weights=self.worker_weights())
 
     @property
     def recomputes_old_logprobs(self) -> bool:
@@ -733,18 +752,43 @@ class RLTrainer:
 
 
 def validate_policy(backend: Any, params: Params, tasks: Sequence[Task], specs: Sequence[ExecutorSpec],
-                    acc: Any) -> dict[str, Any]:
+                    acc: Any, *, workers: PolicyWorkers | None = None,
+                    weights: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """``backend``'s weights, decoding as in evaluation, on the validation tasks, once per pool
     kind of ``train.validate_pools``: ``training`` gives every task the training pool as it
     is (the pool the default evaluation uses), ``randomized`` each task its own random pool,
     drawn as rollouts draw them with ``rollout.randomize_pool`` (new names, members, prices; a
     share ``rollout.generated_pool_share`` freshly generated). Each
     task always gets the same pool and the same execution seed, so rounds are compared on
-    equal terms. Each process of ``acc`` runs its share. Returns ``{"val_accuracy", "val_cost"}``
-    over all episodes and ``"val_pools": {kind: {"accuracy", "cost"}}``."""
-    import asyncio
-
+    equal terms. Each process of ``acc`` runs its share, split again across ``workers`` (their
+    policies given ``weights`` first). Returns ``{"val_accuracy", "val_cost"}`` over all episodes
+    and ``"val_pools": {kind: {"accuracy", "cost"}}``."""
     from accelerate.utils import gather_object
+
+    mine = list(tasks[acc.process_index :: acc.num_processes])
+    if workers is None:
+        runs = _validation_share(backend, mine, 0, params, specs)
+    else:
+        runs = [row for share in workers.map_shares(_validation_share, backend, mine, params, specs, weights=weights)
+                for row in share]
+    if acc.num_processes > 1:
+        runs = gather_object(runs)
+    kinds = params.train.validate_pools
+
+    def figures(rows: list[tuple[str, bool, float]]) -> dict[str, float]:
+        n = max(1, len(rows))
+        return {"accuracy": sum(c for _, c, _ in rows) / n, "cost": sum(cost for *_, cost in rows) / n}
+
+    pooled = figures(runs)
+    return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
+            "val_pools": {k: figures([r for r in runs if r[0] == k]) for k in kinds}}
+
+
+def _validation_share(backend: Any, tasks: list[Task], index: int, params: Params,
+                      specs: Sequence[ExecutorSpec]) -> list[tuple[str, bool, float]]:
+    """:func:`validate_policy`'s episodes of ``tasks`` on this process (``index``: its share; every
+    task's pools and seeds are its own): ``(pool kind, correct, cost)`` per episode."""
+    import asyncio
 
     from e3orch.data.sim import stable_seed
     from e3orch.executors.base import build_pool
@@ -765,22 +809,10 @@ def validate_policy(backend: Any, params: Params, tasks: Sequence[Task], specs: 
                                seed=stable_seed("validate", task.task_id))
         return kind, ep.correct, ep.cost
 
-    mine = tasks[acc.process_index :: acc.num_processes]
-
     async def run_all() -> list[tuple[str, bool, float]]:
-        return list(await asyncio.gather(*(one(t, k) for k in kinds for t in mine)))
+        return list(await asyncio.gather(*(one(t, k) for k in kinds for t in tasks)))
 
-    runs = asyncio.run(run_all())
-    if acc.num_processes > 1:
-        runs = gather_object(runs)
-
-    def figures(rows: list[tuple[str, bool, float]]) -> dict[str, float]:
-        n = max(1, len(rows))
-        return {"accuracy": sum(c for _, c, _ in rows) / n, "cost": sum(cost for *_, cost in rows) / n}
-
-    pooled = figures(runs)
-    return {"val_accuracy": pooled["accuracy"], "val_cost": pooled["cost"],
-            "val_pools": {k: figures([r for r in runs if r[0] == k]) for k in kinds}}
+    return asyncio.run(run_all())
 
 
 def warm_start_warning(val_accuracy: float, init_dir: str | Path) -> str | None:
@@ -827,68 +859,71 @@ def train_rl(
     if cfg.validate_rounds and not val_tasks:
         raise ValueError("train.validate_rounds: no validation tasks; set prepare.val_per_domain > 0 and run `e3orch prepare`")
     trainer = RLTrainer(params, init_dir or params.warmstart.out_dir)
-    from accelerate import DistributedType
+    try:
+        from accelerate import DistributedType
 
-    if cfg.holds and trainer.acc.distributed_type == DistributedType.FSDP:
-        raise ValueError("train.hold_accuracy and hold_cost keep and restore each process's whole weights, which FSDP shards; "
-                         "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process, or set train.hold_cost "
-                         "and train.hold_accuracy to null (params.yaml's hold_cost is 1.3; configs/params-gpu.yaml has none)")
-    if resume:
-        trainer.resume()
+        if cfg.holds and trainer.acc.distributed_type == DistributedType.FSDP:
+            raise ValueError("train.hold_accuracy and hold_cost keep and restore each process's whole weights, which FSDP shards; "
+                             "run it with DDP (configs/accelerate/ddp_gpu.yaml) or one process, or set train.hold_cost "
+                             "and train.hold_accuracy to null (params.yaml's hold_cost is 1.3; configs/params-gpu.yaml has none)")
+        if resume:
+            trainer.resume()
 
-    def validate() -> dict[str, Any]:
-        figures = trainer.validate(val_tasks, specs)
-        if cfg.holds and trainer.validation:  # a round, not the warm start
-            used = trainer.w_cost  # the weight this round's rewards had; hold() moves it
-            figures = {**figures, "kept": trainer.hold(figures), "w_cost": used}
-        trainer.consider(figures)
-        if on_validation:
-            on_validation(trainer.validation[-1])
-        return figures
+        def validate() -> dict[str, Any]:
+            figures = trainer.validate(val_tasks, specs)
+            if cfg.holds and trainer.validation:  # a round, not the warm start
+                used = trainer.w_cost  # the weight this round's rewards had; hold() moves it
+                figures = {**figures, "kept": trainer.hold(figures), "w_cost": used}
+            trainer.consider(figures)
+            if on_validation:
+                on_validation(trainer.validation[-1])
+            return figures
 
-    if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
-        validate()
-        warning = warm_start_warning(trainer.validation[0]["val_accuracy"], init_dir or params.warmstart.out_dir)
-        if warning and trainer.acc.is_main_process:
-            log.warning(warning)
-    elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
-        on_validation(trainer.validation[0])
-    history: list[RoundMetrics] = []
-    if cfg.holds:
-        trainer.remember_weights()  # the warm start, or the resumed run's last kept round
-    while trainer.round < cfg.rounds:
-        if trainer.round == 0 and first_scored is not None:
-            m = trainer.update_from_scored(first_scored, first_leaves)
-        else:
-            m = trainer.run_round(train_tasks, specs)
-        if cfg.validate_rounds:
-            t0 = time.perf_counter()
-            figures = validate()
-            m.time_validate_s = time.perf_counter() - t0
-            m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
+        if cfg.validate_rounds and not trainer.validation:  # round 0: the warm start
+            validate()
+            warning = warm_start_warning(trainer.validation[0]["val_accuracy"], init_dir or params.warmstart.out_dir)
+            if warning and trainer.acc.is_main_process:
+                log.warning(warning)
+        elif on_validation and trainer.validation:  # resumed: the warm start's entry, from this run's checkpoint
+            on_validation(trainer.validation[0])
+        history: list[RoundMetrics] = []
         if cfg.holds:
-            m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
-        t0 = time.perf_counter()
-        if cfg.save_rounds:  # before the checkpoint (a run killed in between redoes the round and rewrites it),
-            trainer.save_policy(trainer.ckpt / f"round-{trainer.round}")  # beside the folders its clean-up removes
-        trainer.save_checkpoint()
-        m.time_checkpoint_s = time.perf_counter() - t0
-        history.append(m)
-        if on_round:
-            on_round(m)
-    out = Path(out_dir or cfg.out_dir)
-    if cfg.select != "last" and trainer.best is not None and trainer.best["round"] != trainer.round:
-        if trainer.acc.is_main_process:
-            best = trainer.best_dir(trainer.best["round"])
-            if not best.is_dir():
-                raise FileNotFoundError(f"{best}: the best round's weights are missing (train.checkpoint_dir was "
-                                        "changed by hand?); rerun with --no-resume")
-            shutil.rmtree(out, ignore_errors=True)
-            shutil.copytree(best, out)
-        trainer.acc.wait_for_everyone()
-    else:
-        kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy, hold_cost)
-        meta: dict[str, Any] = ({"val_accuracy": kept[-1]["val_accuracy"], "val_cost": kept[-1]["val_cost"]}
-                                if history and kept else {})
-        trainer.save_policy(out, rounds=kept[-1]["round"] if kept else None, **meta)
-    return out, history
+            trainer.remember_weights()  # the warm start, or the resumed run's last kept round
+        while trainer.round < cfg.rounds:
+            if trainer.round == 0 and first_scored is not None:
+                m = trainer.update_from_scored(first_scored, first_leaves)
+            else:
+                m = trainer.run_round(train_tasks, specs)
+            if cfg.validate_rounds:
+                t0 = time.perf_counter()
+                figures = validate()
+                m.time_validate_s = time.perf_counter() - t0
+                m.val_accuracy, m.val_cost, m.val_pools = figures["val_accuracy"], figures["val_cost"], figures["val_pools"]
+            if cfg.holds:
+                m.w_cost, m.kept = trainer.validation[-1]["w_cost"], trainer.validation[-1]["kept"]
+            t0 = time.perf_counter()
+            if cfg.save_rounds:  # before the checkpoint (a run killed in between redoes the round and rewrites it),
+                trainer.save_policy(trainer.ckpt / f"round-{trainer.round}")  # beside the folders its clean-up removes
+            trainer.save_checkpoint()
+            m.time_checkpoint_s = time.perf_counter() - t0
+            history.append(m)
+            if on_round:
+                on_round(m)
+        out = Path(out_dir or cfg.out_dir)
+        if cfg.select != "last" and trainer.best is not None and trainer.best["round"] != trainer.round:
+            if trainer.acc.is_main_process:
+                best = trainer.best_dir(trainer.best["round"])
+                if not best.is_dir():
+                    raise FileNotFoundError(f"{best}: the best round's weights are missing (train.checkpoint_dir was "
+                                            "changed by hand?); rerun with --no-resume")
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.copytree(best, out)
+            trainer.acc.wait_for_everyone()
+        else:
+            kept = [v for v in trainer.validation if v.get("kept", True)]  # the weights now held (hold_accuracy, hold_cost)
+            meta: dict[str, Any] = ({"val_accuracy": kept[-1]["val_accuracy"], "val_cost": kept[-1]["val_cost"]}
+                                    if history and kept else {})
+            trainer.save_policy(out, rounds=kept[-1]["round"] if kept else None, **meta)
+        return out, history
+    finally:
+        trainer.close()  # policy.workers

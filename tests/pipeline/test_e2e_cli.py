@@ -22,7 +22,7 @@ from e3orch.rollout.records import LEAF_SCHEMA, NODE_SCHEMA, SCORED_SCHEMA
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("e2e")
-    params = str(write_tiny_params(root))
+    params = str(write_tiny_params(root, policy={"workers": 2}))  # the rollout and train stages share tasks with a worker
     reports = root / "reports"
     assert main(["prepare", "--params", params]) == 0
     assert main(["warmstart", "--params", params, "--metrics", str(reports / "warmstart.json")]) == 0
@@ -50,7 +50,8 @@ def test_stage_outputs_exist_and_validate(pipeline: Path) -> None:
     assert [r["n_tasks"] for r in rounds] == [2, 2]
     assert rounds[0]["n_decisions"] == scored.height
     # one PPO epoch of one step: every ratio is taken before the step, against the log-probs the rollout
-    # recorded with the same weights, so it is 1 (up to float noise); round 1's policy is its reference
+    # recorded with the same weights (a worker process's share too: it was sent the updated weights),
+    # so it is 1 (up to float noise); round 1's policy is its reference
     for r in rounds:
         assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and r["clip_frac"] == 0.0
     assert rounds[0]["kl"] == pytest.approx(0.0, abs=1e-6) and rounds[1]["kl"] > 0.0
@@ -74,6 +75,17 @@ def test_metrics_json_has_the_documented_shape(pipeline: Path) -> None:
     assert f"## Training targets: {m['targets']['met']} of 4 met" in (pipeline / "reports/report.md").read_text()
     episodes = [json.loads(line) for line in (pipeline / "reports/episodes.jsonl").read_text().splitlines()]
     assert {e["pool"] for e in episodes} == {"default", "transfer", "generated-0"}
+
+
+def test_evaluation_in_one_process_writes_the_same_figures_and_episodes(pipeline: Path) -> None:
+    """The pipeline's evaluate-all ran its pools in two worker processes (policy.workers: 2); in this
+    process alone every system's episodes, and so every figure, are the same."""
+    one = pipeline / "one-process"
+    params = write_tiny_params(one, prepare={"out_dir": str(pipeline / "data/tasks")}, policy={"workers": 1})
+    assert main(["evaluate-all", "--params", str(params), "--policy", str(pipeline / "models/policy"),
+                 "--warmstart", str(pipeline / "models/warmstart"), "--out", str(one / "reports")]) == 0
+    assert json.loads((one / "reports/metrics.json").read_text()) == json.loads((pipeline / "reports/metrics.json").read_text())
+    assert (one / "reports/episodes.jsonl").read_text() == (pipeline / "reports/episodes.jsonl").read_text()
 
 
 def test_warm_start_ran_the_plan_questions_first_and_a_correction_round(pipeline: Path) -> None:

@@ -1,0 +1,106 @@
+"""Policy episodes on several CPU processes (``policy.workers``).
+
+A rollout or a validation run alternates between generating (torch, one thread) and running
+episodes (the engine's Python). Both hold the GIL for most of their time with a ~1M-parameter
+policy, so one process keeps about one core busy however many threads it has. Here the work is
+split by task: this process runs the first share with its own backend, and each further share
+runs in a spawned worker process that holds its own copy of the policy (loaded once, sent the
+trainer's current weights with each job). Every episode's seeds are keyed by its task, so a
+task's episodes are the same whichever process runs them; what a share changes is only which
+prompts are batched together (the rounding of a few log-probs).
+
+Not here: GPU or vLLM backends (one process keeps a GPU or a server busy) and several training
+processes (Accelerate already splits the tasks between them) run in one process each
+(:func:`worker_count`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_backend: Any = None  # a worker process's own policy backend (set by _start)
+
+
+def worker_count(pc: Any, *, training_processes: int = 1) -> int:
+    """How many processes run the policy's episodes: ``policy.workers`` (0: one per CPU core) with
+    the transformers backend on the CPU and one training process; 1 otherwise."""
+    import torch
+
+    if pc.backend != "transformers" or training_processes > 1:
+        return 1
+    on_cpu = pc.device == "cpu" or (pc.device == "auto" and not torch.cuda.is_available())
+    if not on_cpu:
+        return 1
+    return pc.workers or os.cpu_count() or 1
+
+
+def _start(pc: Any, model_dir: str) -> None:
+    """A worker's initializer: its own copy of the policy, everything on one torch thread."""
+    import torch
+
+    from e3orch.policy.backends.base import backend_from_params
+
+    global _backend
+    torch.set_num_threads(1)
+    _backend = backend_from_params(pc.model_copy(update={"threads": 1, "generation_threads": 1}), model_dir)
+
+
+def _call(fn: Callable[..., R], weights: dict[str, Any] | None, share: Any, index: int, args: tuple[Any, ...]) -> R:
+    if weights is not None:
+        _backend.update_weights(weights)
+    return fn(_backend, share, index, *args)
+
+
+class PolicyWorkers:
+    """``processes`` in all: this one and ``processes - 1`` spawned workers, each with a copy of
+    the policy in ``model_dir`` (a warm start, or any saved policy). The workers start on first
+    use and live until :meth:`close`, so a training run pays their start (imports, loading) once."""
+
+    def __init__(self, pc: Any, model_dir: str | Path, processes: int) -> None:
+        if processes < 2:
+            raise ValueError(f"PolicyWorkers needs at least two processes, got {processes}")
+        import multiprocessing
+
+        self.processes = processes
+        self._pool = ProcessPoolExecutor(max_workers=processes - 1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_start, initargs=(pc, str(model_dir)))
+
+    def map_shares(self, fn: Callable[..., R], local: Any, items: Sequence[T], *args: Any,
+                   weights: dict[str, Any] | None = None) -> list[R]:
+        """``fn(backend, share, i, *args)`` for each share ``i``, ``items[i::processes]``: share 0 here with
+        ``local`` (this process's backend), the others in the workers, their backends given
+        ``weights`` first (a state dict; None: the weights they hold). ``fn`` must be a module-level
+        function (it is sent by name). Returns the shares' results in share order."""
+        shares = [list(items[i :: self.processes]) for i in range(self.processes)]
+        try:
+            futures: list[Future[R]] = [self._pool.submit(_call, fn, weights, share, i, args)
+                                        for i, share in enumerate(shares) if i]
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"policy.workers: a worker process died earlier ({e}); set policy.workers: 1 "
+                               "to run every episode in this process") from e
+        try:
+            mine = fn(local, shares[0], 0, *args)
+            return [mine, *(f.result() for f in futures)]
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"policy.workers: a worker process died ({e}); set policy.workers: 1 to run "
+                               "every episode in this process") from e
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> PolicyWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
