@@ -72,6 +72,9 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
                                                   "kl_coef": 0.02}),
         })
         trainer = RLTrainer(params, policy)
+        processes = trainer.workers.processes if trainer.workers is not None else 1
+        if trainer.workers is not None:  # policy.workers: started once per training run, not timed with a round
+            trainer.workers.start()
         specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
         tasks = sim_tasks(params, "train")
         round_m = trainer.run_round(tasks, specs)
@@ -128,6 +131,7 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         trainer.update(long_ex)
         long_upd_s = time.perf_counter() - t
         long_prompt = sum(len(e.prompt_ids) for e in long_ex) / max(1, len(long_ex))
+        trainer.close()
 
     total = (round_m.time_generate_s + round_m.time_execute_s + round_m.time_score_s
              + round_m.time_update_s + round_m.time_sync_s)
@@ -154,5 +158,6 @@ def bench_train(params_path: str = "params.yaml", quick: bool = False, threads: 
         "batch_tokens": int(n_tokens),
         "policy": source,
         "torch_threads": torch.get_num_threads(),
+        "rollout_processes": processes,
         "hardware": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
     }

@@ -53,6 +53,10 @@ def _start(pc: Any, model_dir: str) -> None:
     _backend = backend_from_params(pc.model_copy(update={"threads": 1, "generation_threads": 1}), model_dir)
 
 
+def _ready() -> bool:
+    return _backend is not None
+
+
 def _call(fn: Callable[..., R], weights: dict[str, Any] | None, share: Any, index: int, args: tuple[Any, ...]) -> R:
     if weights is not None:
         _backend.update_weights(weights)
@@ -72,6 +76,12 @@ class PolicyWorkers:
         self.processes = processes
         self._pool = ProcessPoolExecutor(max_workers=processes - 1, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_start, initargs=(pc, str(model_dir)))
+
+    def start(self) -> None:
+        """Start the workers now and wait until they answer (each has loaded its policy), so that
+        what is timed next does not include their start."""
+        for f in [self._pool.submit(_ready) for _ in range(self.processes - 1)]:
+            f.result()
 
     def map_shares(self, fn: Callable[..., R], local: Any, items: Sequence[T], *args: Any,
                    weights: dict[str, Any] | None = None) -> list[R]:
