@@ -27,6 +27,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _backend: Any = None  # a worker process's own policy backend (set by _start)
+_DIED = ("policy.workers: a worker process died ({}). Workers are spawned and import the main module: a script "
+         "that trains or evaluates must make its calls under `if __name__ == \"__main__\":`. Or set "
+         "policy.workers: 1 to run every episode in this process")
+
+
+def died(error: BaseException) -> RuntimeError:
+    """The error to raise when a worker process died (``BrokenProcessPool``), saying the usual cause."""
+    return RuntimeError(_DIED.format(error))
 
 
 def worker_count(pc: Any, *, training_processes: int = 1) -> int:
@@ -97,8 +105,11 @@ class PolicyWorkers:
     def start(self) -> None:
         """Start the workers now and wait until they answer (each has loaded its policy), so that
         what is timed next does not include their start."""
-        for f in [self._pool.submit(_ready) for _ in range(self.processes - 1)]:
-            f.result()
+        try:
+            for f in [self._pool.submit(_ready) for _ in range(self.processes - 1)]:
+                f.result()
+        except BrokenProcessPool as e:
+            raise died(e) from e
 
     def map_shares(self, fn: Callable[..., R], local: Any, items: Sequence[T], *args: Any,
                    weights: dict[str, Any] | None = None) -> list[R]:
@@ -112,14 +123,12 @@ class PolicyWorkers:
             futures: list[Future[R]] = [self._pool.submit(_call, fn, packed, share, i, args)
                                         for i, share in enumerate(shares) if i]
         except BrokenProcessPool as e:
-            raise RuntimeError(f"policy.workers: a worker process died earlier ({e}); set policy.workers: 1 "
-                               "to run every episode in this process") from e
+            raise died(e) from e
         try:
             mine = fn(local, shares[0], 0, *args)
             return [mine, *(f.result() for f in futures)]
         except BrokenProcessPool as e:
-            raise RuntimeError(f"policy.workers: a worker process died ({e}); set policy.workers: 1 to run "
-                               "every episode in this process") from e
+            raise died(e) from e
         finally:
             for f in futures:
                 f.cancel()

@@ -105,3 +105,19 @@ def test_workers_need_a_second_process(tiny_init_root: Path) -> None:
     params = load_params(tiny_init_root / "params.yaml")
     with pytest.raises(ValueError, match="at least two"):
         PolicyWorkers(params.policy, params.policy.init_dir, 1)
+
+
+def test_a_script_without_a_main_guard_is_told_what_to_do(tiny_init_root: Path, tmp_path: Path) -> None:
+    """Spawned workers import the main module: an unguarded script would start them again in each."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from e3orch.config import load_params\n"
+        "from e3orch.policy.workers import PolicyWorkers\n"
+        f"params = load_params({str(tiny_init_root / 'params.yaml')!r})\n"
+        "PolicyWorkers(params.policy, params.policy.init_dir, 2).start()\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert 'under `if __name__ == "__main__":`' in run.stderr.splitlines()[-1]
