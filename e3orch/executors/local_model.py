@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from e3orch.executors.base import ExecutionResult, Executor, ExecutorSpec, SubtaskRequest, register_executor
+from e3orch.seeding import seed_sampler
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ class LocalModelExecutor(Executor):
         with lm.lock:  # one generation at a time per model; the seed below is process-global state
             self._set_threads()
             if self.temperature > 0:
-                torch.manual_seed(request.seed)
+                seed_sampler(request.seed, lm.device)
             with torch.inference_mode():
                 out = lm.model.generate(input_ids=input_ids, attention_mask=attention_mask, pad_token_id=pad, **gen)
         new_ids = out[0, input_ids.shape[1]:]

@@ -38,6 +38,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.utils import logging as hf_logging
 
 from e3orch.policy.backends.base import Generation, PolicyBackend, prompt_ids
+from e3orch.seeding import seed_sampler
 
 log = logging.getLogger(__name__)
 
@@ -373,13 +374,8 @@ class TransformersBackend(PolicyBackend):
             torch.set_num_threads(before)
 
     def _seed(self, seed: int) -> None:
-        """Seed the stream sampling draws from: on CPU only the CPU generator, as ``torch.manual_seed``
-        seeds it; ``torch.manual_seed`` also queues a seed for every accelerator not yet started, and
-        queueing one formats the caller's stack (a sizeable share of a CPU rollout's generation calls)."""
-        if self.device.type == "cpu":
-            torch.random.default_generator.manual_seed(seed)
-        else:
-            torch.manual_seed(seed)
+        """Seed the stream sampling draws from (:func:`e3orch.seeding.seed_sampler`)."""
+        seed_sampler(seed, self.device)
 
     def _one(self, seq: list[int], seed: int, **kw: Any) -> Generation:
         """One completion by ``model.generate`` from its own seed (row seeds without the own loop)."""
