@@ -100,18 +100,15 @@ def evaluate_pools(params: Params, tasks: list[Any], pools: Sequence[str | list[
     are evaluated side by side in that many spawned processes, each on one torch thread: a pool's
     systems, seeds and batches are the same in any process, and so are its figures. ``on_system``
     is then called for a pool's systems when the pool is done."""
-    from e3orch.policy.workers import died, worker_count
+    from e3orch.policy.workers import died, one_thread, spawn_pool, worker_count
 
     processes = min(worker_count(params.policy), len(pools))
     if processes < 2:
         return [evaluate_pool(params, tasks, pool, policies, on_system, singles=s) for pool, s in zip(pools, singles)]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     out = []
-    with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_one_thread) as ex:
+    with spawn_pool(processes, one_thread) as ex:
         futures = [ex.submit(evaluate_pool, params, tasks, pool, policies, singles=s) for pool, s in zip(pools, singles)]
         for f in futures:
             try:
@@ -123,12 +120,6 @@ def evaluate_pools(params: Params, tasks: list[Any], pools: Sequence[str | list[
                     on_system(name)
             out.append((table, results))
     return out
-
-
-def _one_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
 
 
 def generated_tables(params: Params, pools: Sequence[list[ExecutorSpec]],

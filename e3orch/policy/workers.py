@@ -50,14 +50,28 @@ def worker_count(pc: Any, *, training_processes: int = 1) -> int:
     return pc.workers or os.cpu_count() or 1
 
 
-def _start(pc: Any, model_dir: str) -> None:
-    """A worker's initializer: its own copy of the policy, everything on one torch thread."""
+def spawn_pool(workers: int, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> ProcessPoolExecutor:
+    """``workers`` spawned processes (a forked one would inherit torch's threads and locks), each
+    set up by ``initializer``."""
+    import multiprocessing
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=initializer, initargs=initargs)
+
+
+def one_thread() -> None:
+    """A worker process's torch on one thread: the processes share the cores, one each."""
     import torch
 
+    torch.set_num_threads(1)
+
+
+def _start(pc: Any, model_dir: str) -> None:
+    """A worker's initializer: its own copy of the policy, everything on one torch thread."""
     from e3orch.policy.backends.base import backend_from_params
 
     global _backend
-    torch.set_num_threads(1)
+    one_thread()
     _backend = backend_from_params(pc.model_copy(update={"threads": 1, "generation_threads": 1}), model_dir)
 
 
@@ -96,11 +110,8 @@ class PolicyWorkers:
     def __init__(self, pc: Any, model_dir: str | Path, processes: int) -> None:
         if processes < 2:
             raise ValueError(f"PolicyWorkers needs at least two processes, got {processes}")
-        import multiprocessing
-
         self.processes = processes
-        self._pool = ProcessPoolExecutor(max_workers=processes - 1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_start, initargs=(pc, str(model_dir)))
+        self._pool = spawn_pool(processes - 1, _start, (pc, str(model_dir)))
 
     def start(self) -> None:
         """Start the workers now and wait until they answer (each has loaded its policy), so that

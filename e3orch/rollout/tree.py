@@ -549,7 +549,7 @@ def rollout_shares(backend: PolicyBackend, params: Any, tasks: Sequence[Task], s
     every tree grows as it would in one process (its pool, noise and alternatives are keyed by the
     task), each share sampling from its own stream."""
     if workers is None:
-        return TreeRollout.from_params(backend, params).run(tasks, specs, round_id=round_id, seed=seed)
+        return _rollout_share(backend, list(tasks), 0, params, specs, round_id, seed)
     return RolloutResult.merge(workers.map_shares(_rollout_share, backend, tasks, params, specs, round_id, seed,
                                                   weights=weights))
 
