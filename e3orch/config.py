@@ -139,8 +139,9 @@ class PolicyConfig(_Section):
     workers: int = Field(2, ge=0, description="processes that run the policy's episodes on a CPU host (RL rounds' "
                          "rollouts and validation and the rollout stage, each task's in one of them: this process and "
                          "workers - 1 spawned ones, each with its own copy of the policy on one torch thread; "
-                         "evaluate-all: its pools side by side in that many spawned processes); 0 = one per CPU core; "
-                         "1 = all in this process. The transformers backend on the CPU with one training process "
+                         "evaluate-all: in that many spawned processes, as jobs of one policy, or of the rest of the "
+                         "systems, on one pool); 0 = one per CPU core; 1 = all in this process. The transformers "
+                         "backend on the CPU with one training process "
                          "only (GPU, vLLM and several training processes: 1)")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: PromptStyle = Field(

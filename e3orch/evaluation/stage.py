@@ -39,11 +39,24 @@ def system_names(params: Params, pool_names: list[str], policies: dict[str, str]
 def evaluate_pool(params: Params, tasks: list[Any], pool_path: str | list[ExecutorSpec], policies: dict[str, str],
                   on_system: Callable[[str], None] | None = None, *, singles: bool = True,
                   ) -> tuple[dict[str, Any], dict[str, list[Episode]]]:
+    results, redrawn = run_pool_systems(params, tasks, pool_path, policies, on_system, singles=singles)
+    return metrics_table(results, redrawn), results
+
+
+def run_pool_systems(params: Params, tasks: list[Any], pool_path: str | list[ExecutorSpec], policies: dict[str, str],
+                     on_system: Callable[[str], None] | None = None, *, singles: bool = True,
+                     only: Sequence[str] | None = None, skip: Sequence[str] = (),
+                     ) -> tuple[dict[str, list[Episode]], dict[str, int]]:
+    """Each system of the pool (``only``: those of them; none of ``skip``) on ``tasks``, in
+    :func:`system_names` order: their episodes and re-drawn milestones (:func:`run_systems`). A
+    system's episodes depend on its seed, the tasks and the pool, not on the systems run beside it."""
     pool = build_pool(pool_path)
     seed = params.evaluate.seed
+    names = [n for n in system_names(params, pool.names, policies, singles)
+             if (only is None or n in only) and n not in skip]
     systems = ((name, make_orchestrator(policies.get(name, name), pool, seed=seed,
                                         policy_options={"name": name, "params": params}))
-               for name in system_names(params, pool.names, policies, singles))  # each made when its turn comes
+               for name in names)  # each made when its turn comes
 
     async def go() -> tuple[dict[str, list[Episode]], dict[str, int]]:
         try:
@@ -52,8 +65,7 @@ def evaluate_pool(params: Params, tasks: list[Any], pool_path: str | list[Execut
         finally:
             await pool.aclose()
 
-    results, redrawn = asyncio.run(go())
-    return metrics_table(results, redrawn), results
+    return asyncio.run(go())
 
 
 def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], out_dir: str | Path,
@@ -96,29 +108,45 @@ def evaluate_stage(params: Params, tasks: list[Any], policies: dict[str, str], o
 def evaluate_pools(params: Params, tasks: list[Any], pools: Sequence[str | list[ExecutorSpec]], policies: dict[str, str],
                    on_system: Callable[[str], None] | None = None, *, singles: Sequence[bool],
                    ) -> list[tuple[dict[str, Any], dict[str, list[Episode]]]]:
-    """:func:`evaluate_pool` of each pool, in order. With ``policy.workers`` (on a CPU host) the pools
-    are evaluated side by side in that many spawned processes, each on one torch thread: a pool's
-    systems, seeds and batches are the same in any process, and so are its figures. ``on_system``
-    is then called for a pool's systems when the pool is done."""
+    """:func:`evaluate_pool` of each pool, in order. With ``policy.workers`` (on a CPU host) the work
+    runs in that many spawned processes, each on one torch thread, as jobs of one pool each: each
+    policy on its own (they take most of the time) and the pool's hand-written and single-executor
+    systems together, the policies' jobs first, so that the processes finish together. A system's
+    episodes are the same in any process and beside any other system, and so are the figures.
+    ``on_system`` is then called for a job's systems when the job is done."""
+    from concurrent.futures import as_completed
+
     from e3orch.policy.workers import died, one_thread, spawn_pool, worker_count
 
-    processes = min(worker_count(params.policy), len(pools))
+    processes = worker_count(params.policy)
     if processes < 2:
         return [evaluate_pool(params, tasks, pool, policies, on_system, singles=s) for pool, s in zip(pools, singles)]
     from concurrent.futures.process import BrokenProcessPool
 
+    named = [n for n, p in policies.items() if Path(p).exists()]
+    jobs: list[tuple[int, dict[str, Any]]] = [(i, {"only": [n]}) for n in named for i in range(len(pools))]
+    jobs += [(i, {"skip": named}) for i in range(len(pools))]  # after the policies (the longest jobs): the rest
+    runs: list[dict[int, dict[str, list[Episode]]]] = [{} for _ in pools]  # per pool: each job's episodes by system
+    redrawn: list[dict[str, int]] = [{} for _ in pools]
+    with spawn_pool(min(processes, len(jobs)), one_thread) as ex:
+        futures = {ex.submit(run_pool_systems, params, tasks, pools[i], policies, singles=singles[i], **which): (i, j)
+                   for j, (i, which) in enumerate(jobs)}
+        try:
+            for f in as_completed(futures):
+                i, j = futures[f]
+                results, drawn = f.result()
+                runs[i][j] = results
+                redrawn[i].update(drawn)
+                if on_system:
+                    for name in results:
+                        on_system(name)
+        except BrokenProcessPool as e:
+            raise died(e) from e
     out = []
-    with spawn_pool(processes, one_thread) as ex:
-        futures = [ex.submit(evaluate_pool, params, tasks, pool, policies, singles=s) for pool, s in zip(pools, singles)]
-        for f in futures:
-            try:
-                table, results = f.result()
-            except BrokenProcessPool as e:
-                raise died(e) from e
-            if on_system:
-                for name in results:
-                    on_system(name)
-            out.append((table, results))
+    for i in range(len(pools)):
+        # system_names order, as one process runs them: the policies' jobs come first in job order
+        results = {name: eps for j in sorted(runs[i]) for name, eps in runs[i][j].items()}
+        out.append((metrics_table(results, redrawn[i]), results))
     return out
 
 

@@ -65,11 +65,15 @@ def encode_demos(demos: Sequence[Demo], tokenizer: Any, cfg: WarmstartConfig, ma
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     out: list[Example] = []
+    encoded: dict[tuple[str, str], Example | None] = {}  # teachers repeat questions: each pair tokenised once
     for d in demos:
-        e = encode_pair(tokenizer, d.budgeted_prompt(count, max_prompt_tokens), taught_completion(d, cfg), cfg.max_seq_len)
+        pair = (d.budgeted_prompt(count, max_prompt_tokens), taught_completion(d, cfg))
+        if pair not in encoded:
+            encoded[pair] = encode_pair(tokenizer, *pair, cfg.max_seq_len)
+        e = encoded[pair]
         if e is None:
             continue
-        e.weight = d.weight
+        e = Example(e.prompt_ids, e.completion_ids, weight=d.weight)
         out.extend([e] * demo_copies(d, cfg))
     return out
 
