@@ -142,6 +142,9 @@ def evaluate_pools(params: Params, tasks: list[Any], pools: Sequence[str | list[
                         on_system(name)
         except BrokenProcessPool as e:
             raise died(e) from e
+        finally:  # a job that failed: the others not started yet are not run
+            for f in futures:
+                f.cancel()
     out = []
     for i in range(len(pools)):
         # system_names order, as one process runs them: the policies' jobs come first in job order
