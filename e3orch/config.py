@@ -141,8 +141,8 @@ class PolicyConfig(_Section):
                          "workers - 1 spawned ones, each with its own copy of the policy on one torch thread; "
                          "evaluate-all: in that many spawned processes, as jobs of one policy, or of the rest of the "
                          "systems, on one pool); 0 = one per CPU core; 1 = all in this process. The transformers "
-                         "backend on the CPU with one training process "
-                         "only (GPU, vLLM and several training processes: 1)")
+                         "backend on the CPU with one training process only (GPU, vLLM and several training "
+                         "processes: 1)")
     batch_size: int = Field(64, ge=1, description="generation mini-batch")
     prompt: PromptStyle = Field(
         "per_part_tiers", description="compact: the parts' state and per-part executor menus (what a small policy learns from); "
