@@ -40,12 +40,9 @@ def died(error: BaseException) -> RuntimeError:
 def worker_count(pc: Any, *, training_processes: int = 1) -> int:
     """How many processes run the policy's episodes: ``policy.workers`` (0: one per CPU core) with
     the transformers backend on the CPU and one training process; 1 otherwise."""
-    import torch
+    from e3orch.policy.backends.base import on_cpu
 
-    if pc.backend != "transformers" or training_processes > 1:
-        return 1
-    on_cpu = pc.device == "cpu" or (pc.device == "auto" and not torch.cuda.is_available())
-    if not on_cpu:
+    if pc.backend != "transformers" or training_processes > 1 or not on_cpu(pc.device):
         return 1
     return pc.workers or os.cpu_count() or 1
 

@@ -296,6 +296,7 @@ class RLTrainer:
         from accelerate import Accelerator
         from transformers import AutoModelForCausalLM
 
+        from e3orch.policy.backends.base import on_cpu
         from e3orch.policy.backends.hf import load_tokenizer
 
         self.params = params
@@ -303,8 +304,7 @@ class RLTrainer:
         self.init_dir = Path(init_dir)
         if not (self.init_dir / "config.json").exists():
             raise FileNotFoundError(f"{self.init_dir}: no warm-start policy (run `e3orch warmstart` first)")
-        cpu = not torch.cuda.is_available() or params.policy.device == "cpu"
-        self.acc = accelerator or Accelerator(cpu=cpu)
+        self.acc = accelerator or Accelerator(cpu=on_cpu(params.policy.device))
         if params.policy.threads:
             torch.set_num_threads(params.policy.threads)
         torch.manual_seed(self.cfg.seed)

@@ -109,13 +109,14 @@ def warmstart(
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM
 
+    from e3orch.policy.backends.base import on_cpu
     from e3orch.policy.backends.hf import load_tokenizer
     from e3orch.policy.model import create_default_policy, save_policy_dir
 
     cfg = params.warmstart
     if params.policy.threads:
         torch.set_num_threads(params.policy.threads)
-    acc = accelerator or Accelerator(cpu=not torch.cuda.is_available() or params.policy.device == "cpu")
+    acc = accelerator or Accelerator(cpu=on_cpu(params.policy.device))
     init = Path(init_dir or params.policy.base_model or params.policy.init_dir)
     with acc.main_process_first():  # one process builds the default policy; the others then load it
         if not params.policy.base_model and not (init / "config.json").exists():

@@ -41,6 +41,8 @@ def _fails(backend: Any, share: list[int], index: int) -> list[int]:
     ({"workers": 2, "device": "cpu"}, 2, 1),          # Accelerate already splits the tasks between processes
     ({"workers": 2, "backend": "vllm"}, 1, 1),        # a server batches every process's requests
     ({"workers": 2, "device": "cuda"}, 1, 1),         # one process keeps a GPU busy
+    ({"workers": 2, "device": "mps"}, 1, 1),
+    ({"workers": 2, "device": "auto"}, 1, 1 if torch.cuda.is_available() else 2),  # auto: the CPU without CUDA
 ])
 def test_worker_count(values: dict[str, Any], processes: int, expected: int) -> None:
     assert worker_count(PolicyConfig(**values), training_processes=processes) == expected

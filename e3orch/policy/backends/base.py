@@ -88,6 +88,15 @@ def make_backend(kind: str, model: str, **options: Any) -> PolicyBackend:
     return getattr(importlib.import_module(module), cls)(model, **options)
 
 
+def on_cpu(device: str) -> bool:
+    """Whether ``policy.device`` puts the policy on the CPU: ``cpu``, or ``auto`` where torch sees no CUDA
+    device (as the transformers backend resolves it). The trainer, the warm start and the episode
+    workers decide by this one rule."""
+    import torch
+
+    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+
+
 def backend_from_params(pc: Any, model: str | Any) -> PolicyBackend:
     """The backend ``policy`` params select, for a checkpoint directory or model id."""
     opts = ({"device": pc.device, "dtype": pc.dtype, "threads": pc.threads, "batch_size": pc.batch_size,
