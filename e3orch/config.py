@@ -107,6 +107,8 @@ class PolicyModelConfig(_Section):
     """Shape of the small default policy (a Llama-architecture causal LM made by init-policy)."""
 
     vocab_size: int = Field(1024, ge=300, description="BPE vocabulary trained on the protocol")
+    split_digits: bool = Field(False, description="every digit a token of its own (a confidence 0.61 reads 0 . 6 1, "
+                               "not 0 . 61): the tens digit alone says which side of 0.6 a result is")
     hidden_size: int = Field(128, ge=16)
     num_layers: int = Field(4, ge=1)
     num_heads: int = Field(4, ge=1)

@@ -26,12 +26,16 @@ log = logging.getLogger(__name__)
 SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int):  # type: ignore[no-untyped-def]
+def train_tokenizer(texts: Iterable[str], vocab_size: int, *, split_digits: bool = False):  # type: ignore[no-untyped-def]
+    """A byte-level BPE tokenizer of ``vocab_size`` trained on ``texts``; ``split_digits``: no merge
+    joins a digit to anything, so every number reads digit by digit."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if split_digits else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -65,7 +69,7 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     specs = load_pool_specs(resolve_pool_path(params.evaluate.executors))
     demos, _ = collect_demonstrations(tasks, specs, params.engine, seed=seed, style=params.policy.prompt)
     texts = [d.prompt + d.completion for d in demos]
-    tokenizer = train_tokenizer(texts, cfg.vocab_size)
+    tokenizer = train_tokenizer(texts, cfg.vocab_size, split_digits=cfg.split_digits)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -84,7 +88,7 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     meta = {"kind": "e3orch-default-policy", "params": n_params, "vocab_size": len(tokenizer), "prompt": params.policy.prompt,
-            "tokenizer_texts": len(texts), "seed": seed}
+            "tokenizer_texts": len(texts), "split_digits": cfg.split_digits, "seed": seed}
     # Written next to ``out`` and moved in with config.json last: a reader that sees config.json
     # (the "a policy is here" mark everywhere) finds the tokenizer and weights complete.
     dest = out.resolve()  # out may be "."
