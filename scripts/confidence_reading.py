@@ -1,0 +1,89 @@
+"""Whether a policy reads a result's confidence: P(``yes``) to a milestone question about a part
+whose result came back at a given confidence, and about the open part that uses it.
+
+    .venv/bin/python scripts/confidence_reading.py models/warmstart models/policy
+    .venv/bin/python scripts/confidence_reading.py runs/seed-1/models/warmstart --skill reason --difficulty hard
+
+For each policy two rows, one column per confidence in CONFIDENCES (policy/prompts.py: the
+``per_part`` styles' ``act on`` questions, a three-part chain P1 → P2 → P3 with P1 confirmed):
+
+* ``repair P2``: ``### part: P2 <skill> <difficulty>: <c> x1`` — P2's one attempt reported at
+  confidence ``c``; ``yes`` repairs it. The rules repair below 0.6, the warm start's ``explore``
+  teacher below a threshold drawn in ``warmstart.explore_accept``;
+* ``act on P3``: P3 open, ``### uses: P2 <c> x1`` — ``yes`` acts on a part whose input is at ``c``;
+  the rules wait below 0.6 (they repair P2 first).
+
+A policy that reads the confidence answers the two rows in opposite ways on either side of its
+threshold; one that does not answers a row alike at every confidence (docs/benchmarks.md, "Numbers
+digit by digit").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+CONFIDENCES = (0.30, 0.40, 0.50, 0.55, 0.58, 0.61, 0.65, 0.70, 0.80, 0.90)
+SKILLS = ("retrieve", "compute", "code", "reason")
+DIFFICULTIES = ("easy", "normal", "hard")
+
+
+def questions(skill: str, difficulty: str, confidence: float) -> dict[str, str]:
+    """The two ``act on`` questions at ``confidence`` (policy/prompts.py: ``_act_question``)."""
+    c = f"{confidence:.2f}"
+    return {
+        "repair P2": (f"### part: P2 {skill} {difficulty}: {c} x1\n### uses: P1 0.98 x1\n### final: P3 open\n"
+                      "### decide: act on P2\n"),
+        "act on P3": (f"### part: P3 {skill} {difficulty}: open\n### uses: P2 {c} x1\n### final: P3 open\n"
+                      "### decide: act on P3\n"),
+    }
+
+
+def yes_probabilities(backend: object, skill: str, difficulty: str) -> dict[str, list[float]]:
+    """Row → P(``yes``) at each of CONFIDENCES."""
+    rows: dict[str, list[float]] = {}
+    for c in CONFIDENCES:
+        for row, q in questions(skill, difficulty, c).items():
+            (lp,) = backend.score([q], ["yes"])  # type: ignore[attr-defined]
+            rows.setdefault(row, []).append(math.exp(sum(lp)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("policies", nargs="+", help="policy checkpoint folders (models/warmstart, models/policy)")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--skill", default="retrieve", help=f"one of {', '.join(SKILLS)} (default retrieve)")
+    ap.add_argument("--difficulty", default="normal", help=f"one of {', '.join(DIFFICULTIES)} (default normal)")
+    args = ap.parse_args(argv)
+    for flag, value, allowed in (("--skill", args.skill, SKILLS), ("--difficulty", args.difficulty, DIFFICULTIES)):
+        if value not in allowed:
+            print(f"confidence_reading: {flag} {value!r}: one of {', '.join(allowed)}", file=sys.stderr)
+            return 2
+    missing = [p for p in args.policies if not (Path(p) / "config.json").is_file()]
+    if missing:
+        print(f"confidence_reading: {missing[0]}: not a policy checkpoint (no config.json)", file=sys.stderr)
+        return 2
+
+    from e3orch.config import FACTORED_STYLES, load_params
+    from e3orch.policy.backends.base import backend_from_params
+    from e3orch.policy.prompts import policy_prompt_style
+
+    params = load_params(args.params)
+    print(f"P(yes), a {args.difficulty} {args.skill} part; confidence " + " ".join(f"{c:.2f}" for c in CONFIDENCES))
+    for path in args.policies:
+        backend = backend_from_params(params.policy, path)
+        style = policy_prompt_style(backend, params.policy.prompt)
+        if style not in FACTORED_STYLES:
+            print(f"confidence_reading: {path}: prompt style {style!r} asks a milestone whole, not one part at a time",
+                  file=sys.stderr)
+            return 2
+        for row, ps in yes_probabilities(backend, args.skill, args.difficulty).items():
+            print(f"{path}: {row:9s} " + " ".join(f"{p:.2f}" for p in ps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
