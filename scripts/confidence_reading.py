@@ -20,14 +20,10 @@ digit by digit").
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-from pathlib import Path
 
 CONFIDENCES = (0.30, 0.40, 0.50, 0.55, 0.58, 0.61, 0.65, 0.70, 0.80, 0.90)
-SKILLS = ("retrieve", "compute", "code", "reason")
-DIFFICULTIES = ("easy", "normal", "hard")
 
 
 def questions(skill: str, difficulty: str, confidence: float) -> dict[str, str]:
@@ -52,37 +48,17 @@ def yes_probabilities(backend: object, skill: str, difficulty: str) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("policies", nargs="+", help="policy checkpoint folders (models/warmstart, models/policy)")
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--skill", default="retrieve", help=f"one of {', '.join(SKILLS)} (default retrieve)")
-    ap.add_argument("--difficulty", default="normal", help=f"one of {', '.join(DIFFICULTIES)} (default normal)")
-    args = ap.parse_args(argv)
-    for flag, value, allowed in (("--skill", args.skill, SKILLS), ("--difficulty", args.difficulty, DIFFICULTIES)):
-        if value not in allowed:
-            print(f"confidence_reading: {flag} {value!r}: one of {', '.join(allowed)}", file=sys.stderr)
-            return 2
-    missing = [p for p in args.policies if not (Path(p) / "config.json").is_file()]
-    if missing:
-        print(f"confidence_reading: {missing[0]}: not a policy checkpoint (no config.json)", file=sys.stderr)
-        return 2
+    from e3orch.policy.probing import factored_backends, probe_args, run_probe
 
-    from e3orch.config import FACTORED_STYLES, load_params
-    from e3orch.policy.backends.base import backend_from_params
-    from e3orch.policy.prompts import policy_prompt_style
+    def body() -> int:
+        args = probe_args(__doc__, argv, skill="retrieve", difficulty="normal")
+        print(f"P(yes), a {args.difficulty} {args.skill} part; confidence " + " ".join(f"{c:.2f}" for c in CONFIDENCES))
+        for path, backend, _ in factored_backends(args, "milestone"):
+            for row, ps in yes_probabilities(backend, args.skill, args.difficulty).items():
+                print(f"{path}: {row:9s} " + " ".join(f"{p:.2f}" for p in ps))
+        return 0
 
-    params = load_params(args.params)
-    print(f"P(yes), a {args.difficulty} {args.skill} part; confidence " + " ".join(f"{c:.2f}" for c in CONFIDENCES))
-    for path in args.policies:
-        backend = backend_from_params(params.policy, path)
-        style = policy_prompt_style(backend, params.policy.prompt)
-        if style not in FACTORED_STYLES:
-            print(f"confidence_reading: {path}: prompt style {style!r} asks a milestone whole, not one part at a time",
-                  file=sys.stderr)
-            return 2
-        for row, ps in yes_probabilities(backend, args.skill, args.difficulty).items():
-            print(f"{path}: {row:9s} " + " ".join(f"{p:.2f}" for p in ps))
-    return 0
+    return run_probe("confidence_reading", body)
 
 
 if __name__ == "__main__":

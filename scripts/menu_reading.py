@@ -29,10 +29,8 @@ transfer pool's reasoning menu against the default pool's (docs/benchmarks.md,
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-from pathlib import Path
 
 MENUS = {
     "A": "#1 good mid | #2 good mid | #3 strong premium",
@@ -42,8 +40,6 @@ MENUS = {
     "E": "#1 fair cheap | #2 good mid | #3 strong pricey",
     "F": "#1 good mid | #2 good mid | #3 strong pricey",
 }
-SKILLS = ("retrieve", "compute", "code", "reason")
-DIFFICULTIES = ("easy", "normal", "hard")
 
 
 def question(skill: str, difficulty: str, menu: str) -> str:
@@ -63,40 +59,21 @@ def rank_probabilities(backend: object, style: str, q: str) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("policies", nargs="+", help="policy checkpoint folders (models/policy, models/warmstart)")
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--skill", default="code", help=f"one of {', '.join(SKILLS)} (default code)")
-    ap.add_argument("--difficulty", default="hard", help=f"one of {', '.join(DIFFICULTIES)} (default hard)")
-    args = ap.parse_args(argv)
-    for flag, value, allowed in (("--skill", args.skill, SKILLS), ("--difficulty", args.difficulty, DIFFICULTIES)):
-        if value not in allowed:
-            print(f"menu_reading: {flag} {value!r}: one of {', '.join(allowed)}", file=sys.stderr)
-            return 2
-    missing = [p for p in args.policies if not (Path(p) / "config.json").is_file()]
-    if missing:
-        print(f"menu_reading: {missing[0]}: not a policy checkpoint (no config.json)", file=sys.stderr)
-        return 2
+    from e3orch.policy.probing import factored_backends, probe_args, run_probe
 
-    from e3orch.config import FACTORED_STYLES, load_params
-    from e3orch.policy.backends.base import backend_from_params
-    from e3orch.policy.prompts import policy_prompt_style
+    def body() -> int:
+        args = probe_args(__doc__, argv, skill="code", difficulty="hard")
+        print(f"P(#1) P(#2) P(#3), a {args.difficulty} {args.skill} part's first attempt; menus: "
+              + "; ".join(f"{k} {m}" for k, m in MENUS.items()))
+        for path, backend, style in factored_backends(args, "plan"):
+            cells = []
+            for name, menu in MENUS.items():
+                p = rank_probabilities(backend, style, question(args.skill, args.difficulty, menu))
+                cells.append(f"{name} " + " ".join(f"{x:.2f}" for x in p))
+            print(f"{path}: " + "   ".join(cells))
+        return 0
 
-    params = load_params(args.params)
-    print(f"P(#1) P(#2) P(#3), a {args.difficulty} {args.skill} part's first attempt; menus: "
-          + "; ".join(f"{k} {m}" for k, m in MENUS.items()))
-    for path in args.policies:
-        backend = backend_from_params(params.policy, path)
-        style = policy_prompt_style(backend, params.policy.prompt)
-        if style not in FACTORED_STYLES:
-            print(f"menu_reading: {path}: prompt style {style!r} asks a plan whole, not one slot at a time", file=sys.stderr)
-            return 2
-        cells = []
-        for name, menu in MENUS.items():
-            p = rank_probabilities(backend, style, question(args.skill, args.difficulty, menu))
-            cells.append(f"{name} " + " ".join(f"{x:.2f}" for x in p))
-        print(f"{path}: " + "   ".join(cells))
-    return 0
+    return run_probe("menu_reading", body)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,20 @@ SIBLING_REWARDS: dict[str, Any] = {"w_cost": 0.01, "cost_unit": 0.0, "estimator"
                                     "advantage_clip": None}
 
 
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` as a module (registered in ``sys.modules``, where a dataclass of it
+    resolves its annotations)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def sampled_rollout(**values: Any) -> Any:
     """A RolloutConfig from configs/params-compact.yaml's sampled trees (24 tasks, 8 leaves) and ``values``:
     the unit tests of tree shapes state what they change from that, not from params.yaml's probes."""

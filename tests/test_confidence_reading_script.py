@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_tiny_params
+from conftest import REPO, load_script, write_tiny_params
 
 from e3orch.executors.base import ExecutionResult, load_pool_specs
 from e3orch.orchestration.episode import Observation
@@ -24,12 +22,7 @@ Final answer: the result of P3."""
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("confidence_reading", REPO / "scripts/confidence_reading.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("confidence_reading")
 
 
 @pytest.mark.parametrize("confidence", [0.41, 0.58, 0.61, 0.9])

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_tiny_params
+from conftest import load_script, write_tiny_params
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("menu_reading", REPO / "scripts/menu_reading.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("menu_reading")
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_tiny_params
+from conftest import load_script, write_tiny_params
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("plan_reading", REPO / "scripts/plan_reading.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("plan_reading")
 
 
 @pytest.fixture(scope="module")

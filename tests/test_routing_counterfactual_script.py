@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, rule_backend, write_tiny_params
+from conftest import load_script, rule_backend, write_tiny_params
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("routing_counterfactual", REPO / "scripts/routing_counterfactual.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves its annotations through the module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("routing_counterfactual")
 
 
 QUESTION = "### S1 P2 code hard: #1 fair cheap | #2 good mid | #3 strong {tier}\n### decide: plan for Solve P2\n"
