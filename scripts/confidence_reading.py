@@ -24,6 +24,9 @@ import math
 import sys
 
 CONFIDENCES = (0.30, 0.40, 0.50, 0.55, 0.58, 0.61, 0.65, 0.70, 0.80, 0.90)
+# the per_part styles whose act-on questions are these words (bands round the confidence, source names
+# its card's level, menu adds a repair menu; factored and compact ask a milestone whole)
+STYLES = ("per_part", "per_part_tiers", "per_part_tier_answers")
 
 
 def questions(skill: str, difficulty: str, confidence: float) -> dict[str, str]:
@@ -48,12 +51,12 @@ def yes_probabilities(backend: object, skill: str, difficulty: str) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from e3orch.policy.probing import factored_backends, probe_args, run_probe
+    from e3orch.policy.probing import probe_args, probe_backends, run_probe
 
     def body() -> int:
         args = probe_args(__doc__, argv, skill="retrieve", difficulty="normal")
         print(f"P(yes), a {args.difficulty} {args.skill} part; confidence " + " ".join(f"{c:.2f}" for c in CONFIDENCES))
-        for path, backend, _ in factored_backends(args, "milestone"):
+        for path, backend, _ in probe_backends(args, STYLES, "does not ask these questions in these words"):
             for row, ps in yes_probabilities(backend, args.skill, args.difficulty).items():
                 print(f"{path}: {row:9s} " + " ".join(f"{p:.2f}" for p in ps))
         return 0

@@ -59,13 +59,14 @@ def rank_probabilities(backend: object, style: str, q: str) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from e3orch.policy.probing import factored_backends, probe_args, run_probe
+    from e3orch.config import FACTORED_STYLES
+    from e3orch.policy.probing import probe_args, probe_backends, run_probe
 
     def body() -> int:
         args = probe_args(__doc__, argv, skill="code", difficulty="hard")
         print(f"P(#1) P(#2) P(#3), a {args.difficulty} {args.skill} part's first attempt; menus: "
               + "; ".join(f"{k} {m}" for k, m in MENUS.items()))
-        for path, backend, style in factored_backends(args, "plan"):
+        for path, backend, style in probe_backends(args, FACTORED_STYLES, "asks a plan whole, not one slot at a time"):
             cells = []
             for name, menu in MENUS.items():
                 p = rank_probabilities(backend, style, question(args.skill, args.difficulty, menu))

@@ -25,8 +25,9 @@ def _script():  # type: ignore[no-untyped-def]
     return load_script("confidence_reading")
 
 
+@pytest.mark.parametrize("style", ["per_part", "per_part_tiers", "per_part_tier_answers"])
 @pytest.mark.parametrize("confidence", [0.41, 0.58, 0.61, 0.9])
-def test_the_questions_are_those_the_policy_is_asked_in_that_state(confidence: float) -> None:
+def test_the_questions_are_those_the_policy_is_asked_in_that_state(confidence: float, style: str) -> None:
     """P1 confirmed at 0.98, P2's one attempt at ``confidence``: the prompt code asks exactly the
     script's two questions (and one about P1)."""
     record = MilestoneRecord(
@@ -36,9 +37,14 @@ def test_the_questions_are_those_the_policy_is_asked_in_that_state(confidence: f
     obs = Observation(task_id="t", question=CHAIN, cards=tuple(load_pool_specs(REPO / "configs/executors/default.yaml")),
                       history=(record,), pending_milestone=None, milestones_left=10, subtasks_left=30, cost_left=50.0,
                       max_plan_subtasks=8)
-    asked = sub_prompts(obs, "milestone", "per_part_tiers") or []
-    mine = _script().questions("retrieve", "normal", confidence)
+    script = _script()
+    assert style in script.STYLES
+    asked = sub_prompts(obs, "milestone", style) or []  # type: ignore[arg-type]
+    mine = script.questions("retrieve", "normal", confidence)
     assert asked[1:] == [mine["repair P2"], mine["act on P3"]]
+    # the styles left out ask them otherwise (or not one part at a time)
+    for other in ("per_part_bands", "per_part_source", "per_part_menu", "factored"):
+        assert (sub_prompts(obs, "milestone", other) or [])[1:] != asked[1:]  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -36,10 +36,10 @@ def probe_args(doc: str, argv: list[str] | None, *, skill: str, difficulty: str)
     return args
 
 
-def factored_backends(args: argparse.Namespace, asked: str) -> Iterator[tuple[str, Any, str]]:
+def probe_backends(args: argparse.Namespace, styles: tuple[str, ...], why: str) -> Iterator[tuple[str, Any, str]]:
     """(folder, backend, prompt style) of each of ``args.policies``, one at a time; :class:`ProbeError`
-    for a policy whose style asks ``asked`` (a plan, a milestone) whole rather than one piece at a time."""
-    from e3orch.config import FACTORED_STYLES, load_params
+    for a policy trained with a prompt style not among ``styles`` (``why``: what such a style does instead)."""
+    from e3orch.config import load_params
     from e3orch.policy.backends.base import backend_from_params
     from e3orch.policy.prompts import policy_prompt_style
 
@@ -47,8 +47,8 @@ def factored_backends(args: argparse.Namespace, asked: str) -> Iterator[tuple[st
     for path in args.policies:
         backend = backend_from_params(params.policy, path)
         style = policy_prompt_style(backend, params.policy.prompt)
-        if style not in FACTORED_STYLES:
-            raise ProbeError(f"{path}: prompt style {style!r} asks a {asked} whole, not one piece at a time")
+        if style not in styles:
+            raise ProbeError(f"{path}: prompt style {style!r} {why}")
         yield path, backend, style
 
 
