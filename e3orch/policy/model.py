@@ -105,6 +105,26 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     return out
 
 
+def check_default_policy(params: Params, folder: str | Path) -> None:
+    """Raise ``ValueError`` when ``folder`` holds a small default policy made with another shape or
+    tokenizer than ``policy.model`` asks for (a warm start would silently start from it); folders
+    made otherwise (a ``policy.base_model``, a trained policy) are not checked."""
+    folder = Path(folder)
+    meta_path = folder / "e3orch_policy.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    if meta.get("kind") != "e3orch-default-policy" or not (folder / "config.json").exists():
+        return
+    config = json.loads((folder / "config.json").read_text())
+    cfg = params.policy.model
+    made = {"hidden_size": config.get("hidden_size"), "num_layers": config.get("num_hidden_layers"),
+            "num_heads": config.get("num_attention_heads"), "intermediate_size": config.get("intermediate_size"),
+            "max_positions": config.get("max_position_embeddings"), "split_digits": meta.get("split_digits", False)}
+    wrong = [f"{k} {v} (params: {getattr(cfg, k)})" for k, v in made.items() if v != getattr(cfg, k)]
+    if wrong:
+        raise ValueError(f"{folder}: a default policy made with policy.model {', '.join(wrong)}; "
+                         f"remove it (or run `e3orch init-policy`) to make one from params")
+
+
 def save_policy_dir(model: Any, tokenizer: Any, out: str | Path, init_dir: str | Path, *,
                     state_dict: dict[str, Any] | None = None, **meta_update: Any) -> Path:
     """Replace ``out`` with a save_pretrained policy (model + tokenizer) and its

@@ -111,7 +111,7 @@ def warmstart(
 
     from e3orch.policy.backends.base import on_cpu
     from e3orch.policy.backends.hf import load_tokenizer
-    from e3orch.policy.model import create_default_policy, save_policy_dir
+    from e3orch.policy.model import check_default_policy, create_default_policy, save_policy_dir
 
     cfg = params.warmstart
     if params.policy.threads:
@@ -121,6 +121,8 @@ def warmstart(
     with acc.main_process_first():  # one process builds the default policy; the others then load it
         if not params.policy.base_model and not (init / "config.json").exists():
             create_default_policy(params, init, seed=cfg.seed)
+    if not params.policy.base_model:
+        check_default_policy(params, init)
     demos, episodes = teacher_demonstrations(params, train_tasks, specs, cfg.seed)
     tokenizer = load_tokenizer(str(init))
 

@@ -1,11 +1,16 @@
-"""The small default policy's tokenizer: numbers digit by digit when ``policy.model.split_digits``."""
+"""The small default policy's tokenizer: numbers digit by digit when ``policy.model.split_digits``; a made
+policy checked against ``policy.model`` before a warm start reuses it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from e3orch.policy.model import train_tokenizer
+from e3orch.config import load_params
+from e3orch.policy.model import check_default_policy, train_tokenizer
 
 # what confidences, prices and part ids look like in the compact prompts, repeated so that BPE would merge them
 TEXTS = [f"### part: P{i % 12 + 1} retrieve normal: 0.{61 + i % 30} x{i % 3 + 1}\n### uses: P1 0.98 x1\nyes"
@@ -34,3 +39,15 @@ def test_split_digits_decodes_what_it_encodes(text: str) -> None:
 
 
 _SPLIT = train_tokenizer(TEXTS, 400, split_digits=True)
+
+
+def test_a_default_policy_made_with_another_shape_or_tokenizer_is_named_not_reused(tiny_init_root: Path) -> None:
+    params = load_params(tiny_init_root / "params.yaml")
+    init = Path(params.policy.init_dir)
+    check_default_policy(params, init)  # made from these params
+    other = load_params(tiny_init_root / "params.yaml", {"policy.model.split_digits": True, "policy.model.num_layers": 2})
+    with pytest.raises(ValueError) as e:
+        check_default_policy(other, init)
+    assert str(e.value) == (f"{init}: a default policy made with policy.model num_layers 1 (params: 2), split_digits "
+                            "False (params: True); remove it (or run `e3orch init-policy`) to make one from params")
+    check_default_policy(other, tiny_init_root)  # no policy there: nothing to check
