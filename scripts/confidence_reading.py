@@ -42,12 +42,9 @@ def questions(skill: str, difficulty: str, confidence: float) -> dict[str, str]:
 
 def yes_probabilities(backend: object, skill: str, difficulty: str) -> dict[str, list[float]]:
     """Row → P(``yes``) at each of CONFIDENCES."""
-    rows: dict[str, list[float]] = {}
-    for c in CONFIDENCES:
-        for row, q in questions(skill, difficulty, c).items():
-            (lp,) = backend.score([q], ["yes"])  # type: ignore[attr-defined]
-            rows.setdefault(row, []).append(math.exp(sum(lp)))
-    return rows
+    asked = [questions(skill, difficulty, c) for c in CONFIDENCES]
+    return {row: [math.exp(sum(lp)) for lp in backend.score([q[row] for q in asked], ["yes"] * len(asked))]  # type: ignore[attr-defined]
+            for row in asked[0]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,9 @@ from e3orch.config import Params
 log = logging.getLogger(__name__)
 
 SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}
+# policy.model's shape keys → the LlamaConfig keys they set (vocab_size: the tokenizer's, at most the key)
+LLAMA_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size", "num_layers": "num_hidden_layers",
+              "num_heads": "num_attention_heads", "max_positions": "max_position_embeddings"}
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, *, split_digits: bool = False):  # type: ignore[no-untyped-def]
@@ -73,12 +76,8 @@ def create_default_policy(params: Params, out_dir: str | Path | None = None, see
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
+        **{llama: getattr(cfg, key) for key, llama in LLAMA_KEYS.items()},
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.max_positions,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -116,9 +115,7 @@ def check_default_policy(params: Params, folder: str | Path) -> None:
         return
     config = json.loads((folder / "config.json").read_text())
     cfg = params.policy.model
-    made = {"hidden_size": config.get("hidden_size"), "num_layers": config.get("num_hidden_layers"),
-            "num_heads": config.get("num_attention_heads"), "intermediate_size": config.get("intermediate_size"),
-            "max_positions": config.get("max_position_embeddings"), "split_digits": meta.get("split_digits", False)}
+    made = {**{key: config.get(llama) for key, llama in LLAMA_KEYS.items()}, "split_digits": meta.get("split_digits", False)}
     wrong = [f"{k} {v} (params: {getattr(cfg, k)})" for k, v in made.items() if v != getattr(cfg, k)]
     if wrong:
         raise ValueError(f"{folder}: a default policy made with policy.model {', '.join(wrong)}; "

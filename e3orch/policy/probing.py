@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SKILLS = ("retrieve", "compute", "code", "reason")
-DIFFICULTIES = ("easy", "normal", "hard")
+from e3orch.executors.base import SKILLS
+from e3orch.orchestration.reading import DIFFICULTY_NAMES as DIFFICULTIES
 
 
 class ProbeError(Exception):

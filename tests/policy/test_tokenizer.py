@@ -17,6 +17,9 @@ TEXTS = [f"### part: P{i % 12 + 1} retrieve normal: 0.{61 + i % 30} x{i % 3 + 1}
          for i in range(300)] + ["### S1 P2 reason hard: #1 good mid 12.50 | #2 good mid | #3 strong pricey 0.05"] * 50
 
 
+_SPLIT = train_tokenizer(TEXTS, 400, split_digits=True)
+
+
 def test_merged_numbers_are_single_tokens_without_split_digits() -> None:
     tok = train_tokenizer(TEXTS, 400)
     pieces = [tok.decode([i]) for i in tok("### part: P12 retrieve normal: 0.61 x1", add_special_tokens=False)["input_ids"]]
@@ -24,7 +27,7 @@ def test_merged_numbers_are_single_tokens_without_split_digits() -> None:
 
 
 def test_split_digits_reads_every_number_digit_by_digit() -> None:
-    tok = train_tokenizer(TEXTS, 400, split_digits=True)
+    tok = _SPLIT
     digit_tokens = [t for t in tok.get_vocab() if any(c in "0123456789" for c in t)]
     assert sorted(digit_tokens) == list("0123456789")
     pieces = [tok.decode([i]) for i in tok("### part: P12 retrieve normal: 0.61 x1", add_special_tokens=False)["input_ids"]]
@@ -34,11 +37,7 @@ def test_split_digits_reads_every_number_digit_by_digit() -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.text(alphabet="0123456789.:#|-Px ", max_size=40))
 def test_split_digits_decodes_what_it_encodes(text: str) -> None:
-    tok = _SPLIT
-    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
-
-
-_SPLIT = train_tokenizer(TEXTS, 400, split_digits=True)
+    assert _SPLIT.decode(_SPLIT(text, add_special_tokens=False)["input_ids"]) == text
 
 
 def test_a_default_policy_made_with_another_shape_or_tokenizer_is_named_not_reused(tiny_init_root: Path) -> None:
